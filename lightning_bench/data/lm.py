@@ -1,0 +1,316 @@
+"""The language-modelling DataModule: corpora -> tokens -> training chunks and scoring windows.
+
+Training uses contiguous fixed-length chunks of the train stream (reshuffled every epoch).
+Validation and test use one of the two perplexity protocols of `evaluation/windows.py`; every batch
+carries `labels` with -100 on context-only positions, so the model just sums the loss.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from functools import cached_property
+from pathlib import Path
+from typing import Literal, Optional
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from lightning_bench.data.cache import cache_key, cached
+from lightning_bench.data.sources import DATA_ALIASES, SplitText, load_split
+from lightning_bench.data.tokenization import build_tokenizer, default_cache_dir
+from lightning_bench.errors import ConfigError, unknown_name
+from lightning_bench.evaluation.windows import IGNORE_INDEX, rolling_windows, token_windows
+
+PROTOCOLS = ("token_windows", "document_rolling")
+STAGE_SPLIT = {"fit": "train", "validate": "validation", "test": "test", "predict": "test"}
+
+
+class ChunkDataset(Dataset):
+    """Chunk k: inputs stream[kL : kL+L], labels stream[kL+1 : kL+L+1] (the next token at each position)."""
+
+    def __init__(self, stream: torch.Tensor, seq_len: int):
+        self.stream, self.seq_len = stream, seq_len
+        self.n_chunks = (len(stream) - 1) // seq_len
+        if self.n_chunks < 1:
+            raise ConfigError(f"the train split has {len(stream)} tokens, fewer than seq_len + 1 = "
+                              f"{seq_len + 1}; lower --data.seq_len or use more data")
+
+    def __len__(self):
+        return self.n_chunks
+
+    def __getitem__(self, k):
+        x = self.stream[k * self.seq_len: (k + 1) * self.seq_len + 1].long()
+        return {"input_ids": x[:-1], "labels": x[1:]}
+
+
+class WindowDataset(Dataset):
+    def __init__(self, windows):
+        self.windows = list(windows)
+
+    def __len__(self):
+        return len(self.windows)
+
+    def __getitem__(self, i):
+        w = self.windows[i]
+        return {"input_ids": torch.tensor(w.input_ids), "labels": torch.tensor(w.labels)}
+
+
+def pad_collate(items, pad_id: int = 0):
+    """Right-pad to the longest window; padded positions are never scored, and a causal model's
+    outputs at real positions do not depend on what comes after them."""
+    width = max(len(it["input_ids"]) for it in items)
+    input_ids = torch.full((len(items), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(items), width), IGNORE_INDEX, dtype=torch.long)
+    for row, it in enumerate(items):
+        n = len(it["input_ids"])
+        input_ids[row, :n], labels[row, :n] = it["input_ids"], it["labels"]
+    return {"input_ids": input_ids, "labels": labels}
+
+
+def count_words(text: str) -> int:
+    return len(re.split(r"\s+", text))  # lm-evaluation-harness's word count, kept identical
+
+
+class LMDataModule(L.LightningDataModule):
+    """Language-modelling data for every model family.
+
+    Args:
+        source: corpus alias (ptb, wikitext2, wikitext103, c4, pile, pg19) or `text` for local files.
+        path: for `text`, a folder with train/valid/test files or a single file.
+        train_path / val_path / test_path: explicit files per split (override `path`).
+        val_fraction: when there is no validation split, hold out this final fraction of the train
+            text (cut at a line boundary) as validation.
+        tokenizer: `word` (classic vocabulary from the train split), `gpt2` (offline BPE), any HF
+            name or folder, or `auto` (the model's own tokenizer for pretrained models, else `word`).
+        seq_len: training chunk length and evaluation window length.
+        eval_protocol: `token_windows` (fixed windows over the split's token stream, `eval_stride`
+            apart) or `document_rolling` (lm-eval's rolling windows per document).
+        eval_stride: token_windows stride (default = seq_len: disjoint windows); < seq_len slides.
+        rolling_context: document_rolling context_len (lm-eval default 1).
+        document_split: how a split is cut into documents (auto, wikitext_articles, lines, blank_lines, whole).
+        eval_max_documents: evaluate on the first N documents only (a subset, recorded as such).
+        use_hub / hub_id / hub_config / max_documents: HF hub loading (needs network).
+    """
+
+    def __init__(
+        self,
+        source: str = "ptb",
+        path: Optional[str] = None,
+        train_path: Optional[str] = None,
+        val_path: Optional[str] = None,
+        test_path: Optional[str] = None,
+        val_fraction: float = 0.05,
+        tokenizer: str = "auto",
+        seq_len: int = 128,
+        batch_size: int = 16,
+        eval_batch_size: Optional[int] = None,
+        eval_protocol: Literal["token_windows", "document_rolling"] = "token_windows",
+        eval_stride: Optional[int] = None,
+        rolling_context: int = 1,
+        document_split: str = "auto",
+        eval_max_documents: Optional[int] = None,
+        use_hub: bool = False,
+        hub_id: Optional[str] = None,
+        hub_config: Optional[str] = None,
+        max_documents: Optional[int] = None,
+        num_workers: int = 0,
+        cache_dir: Optional[str] = None,
+    ):
+        super().__init__()
+        if source not in DATA_ALIASES:
+            raise unknown_name("data", source, DATA_ALIASES)
+        if eval_protocol not in PROTOCOLS:
+            raise unknown_name("eval_protocol", eval_protocol, PROTOCOLS)
+        if seq_len < 1 or batch_size < 1:
+            raise ConfigError(f"seq_len and batch_size must be >= 1 (got {seq_len}, {batch_size})")
+        stride = eval_stride or seq_len
+        if not 1 <= stride <= seq_len:
+            raise ConfigError(f"--data.eval_stride must be in [1, seq_len={seq_len}], got {stride}")
+        if not 0 <= val_fraction < 1:
+            raise ConfigError(f"--data.val_fraction must be in [0, 1), got {val_fraction}")
+        self.save_hyperparameters()
+        self.source, self.seq_len, self.eval_stride = source, seq_len, stride
+        self.tokenizer_spec = tokenizer
+        self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir() / "tokenized"
+        self.tokenizer = None
+        self.splits: dict[str, SplitText] = {}
+        self.cache_hits: dict[str, bool] = {}
+
+    # ---- naming -----------------------------------------------------------------------------
+    @property
+    def dataset_name(self) -> str:
+        if self.source != "text":
+            return self.source
+        anchor = self.hparams.path or self.hparams.test_path or self.hparams.train_path or "text"
+        p = Path(anchor)
+        return (p.name if p.is_dir() else p.parent.name or p.stem) or "text"
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    # ---- loading ----------------------------------------------------------------------------
+    def _split_path(self, split):
+        return {"train": self.hparams.train_path, "validation": self.hparams.val_path,
+                "test": self.hparams.test_path}[split]
+
+    def _load(self, split: str) -> SplitText | None:
+        if split not in self.splits:
+            hp = self.hparams
+            self.splits[split] = load_split(
+                self.source, split, path=hp.path, split_path=self._split_path(split),
+                document_split=hp.document_split, use_hub=hp.use_hub, hub_id=hp.hub_id,
+                hub_config=hp.hub_config, max_documents=hp.max_documents)
+        return self.splits[split]
+
+    def _resolve_tokenizer_spec(self) -> tuple[str, dict]:
+        spec = self.tokenizer_spec
+        if spec != "auto":
+            return spec, {}
+        model = self.trainer.lightning_module if self.trainer is not None else None
+        source = getattr(model, "tokenizer_source", None)
+        return (source["name"], source.get("kwargs", {})) if source else ("word", {})
+
+    def setup(self, stage: str = "fit") -> None:
+        if self.tokenizer is None:
+            spec, kwargs = self._resolve_tokenizer_spec()
+            train = self._load("train") if spec == "word" or stage == "fit" else None
+            if (spec == "word" or stage == "fit") and train is None:
+                raise ConfigError(f"no train split found for --data {self.source} "
+                                  f"(path={self.hparams.path!r}); pass --data.train_path FILE")
+            if stage == "fit" and self._load("validation") is None and self.hparams.val_fraction > 0:
+                self._hold_out_validation()
+            self.tokenizer = build_tokenizer(spec, train_text=train.text if train else None, **kwargs)
+        needed = {"fit": ["train", "validation"], "validate": ["validation"], "test": ["test"],
+                  "predict": ["test"]}[stage]
+        for split in needed:
+            if self._load(split) is None and split != "validation":
+                raise ConfigError(f"no {split} split found for --data {self.source} (path={self.hparams.path!r}); "
+                                  f"pass --data.{split}_path FILE")
+        if stage == "validate" and self._load("validation") is None:
+            raise ConfigError(f"no validation split for --data {self.source}; pass --data.val_path FILE")
+
+    def _hold_out_validation(self):
+        """Cut the last `val_fraction` of the train text (at a line boundary) into a validation split."""
+        train = self.splits["train"]
+        cut = train.text.rfind("\n", 0, int(len(train.text) * (1 - self.hparams.val_fraction)))
+        if cut <= 0:
+            raise ConfigError("the train split is too short to hold out validation; pass --data.val_path")
+        from lightning_bench.data.sources import split_documents
+
+        doc_split = self.hparams.document_split
+        head, tail = train.text[:cut], train.text[cut + 1:]
+        self.splits["train"] = SplitText(head, split_documents(head, doc_split),
+                                         f"{train.origin}[:{cut} chars]")
+        self.splits["validation"] = SplitText(tail, split_documents(tail, doc_split),
+                                              f"{train.origin}[{cut + 1}: chars] (held out: last "
+                                              f"{self.hparams.val_fraction:.0%} of train)")
+
+    def _eval_text(self, split: str) -> SplitText:
+        """The split, cut to its first `eval_max_documents` documents when a subset was asked for."""
+        full = self._load(split)
+        limit = self.hparams.eval_max_documents
+        if limit is None or limit >= len(full.documents):
+            return full
+        end = 0
+        for doc in full.documents[:limit]:
+            end = full.text.index(doc, end) + len(doc)
+        return SplitText(full.text[:end], full.documents[:limit],
+                         f"{full.origin}[first {limit} of {len(full.documents)} documents]")
+
+    def _tokens(self, split: str, kind: str):
+        """kind 'stream': the split's text as one token tensor; 'documents': one tensor per document."""
+        text = self._eval_text(split) if split != "train" else self._load(split)
+        key = cache_key(origin=text.origin, sha256=text.sha256, tokenizer=self.tokenizer.identity, kind=kind,
+                        n_docs=len(text.documents))
+
+        def compute():
+            if kind == "stream":
+                return torch.tensor(self.tokenizer.encode(text.text), dtype=torch.int32)
+            return [torch.tensor(self.tokenizer.encode(d), dtype=torch.int32) for d in text.documents]
+
+        value, hit = cached(self.cache_dir, key, compute)
+        self.cache_hits[f"{split}/{kind}"] = hit
+        return value
+
+    # ---- dataloaders ------------------------------------------------------------------------
+    def train_dataloader(self):
+        return DataLoader(ChunkDataset(self._tokens("train", "stream"), self.seq_len),
+                          batch_size=self.hparams.batch_size, shuffle=True, drop_last=False,
+                          num_workers=self.hparams.num_workers)
+
+    def _eval_loader(self, split: str):
+        hp = self.hparams
+        prefix = self.tokenizer.prefix_id
+        if hp.eval_protocol == "token_windows":
+            stream = self._tokens(split, "stream").tolist()
+            windows = token_windows(stream, prefix, self.seq_len, self.eval_stride)
+        else:
+            docs = self._tokens(split, "documents")
+            windows = (w for i, d in enumerate(docs)
+                       for w in rolling_windows(d.tolist(), prefix, self.seq_len, hp.rolling_context, i))
+        return DataLoader(WindowDataset(windows), batch_size=hp.eval_batch_size or hp.batch_size,
+                          collate_fn=pad_collate, num_workers=hp.num_workers)
+
+    def val_dataloader(self):
+        if self._load("validation") is None:
+            return []  # no validation split and --data.val_fraction 0: fit without validation
+        return self._eval_loader("validation")
+
+    def test_dataloader(self):
+        return self._eval_loader("test")
+
+    def predict_dataloader(self):
+        return self._eval_loader("test")
+
+    # ---- what the evaluation needs to turn summed NLL into every reported unit ----------------
+    def eval_units(self, split: str) -> dict:
+        """Tokens, words and UTF-8 bytes that the protocol scores on `split` (each exactly once)."""
+        text = self._eval_text(split)
+        if self.hparams.eval_protocol == "token_windows":
+            n_tokens = len(self._tokens(split, "stream"))
+            return {"tokens": n_tokens, "words": count_words(text.text), "bytes": len(text.text.encode())}
+        docs = self._tokens(split, "documents")
+        return {"tokens": sum(len(d) for d in docs), "words": sum(count_words(d) for d in text.documents),
+                "bytes": sum(len(d.encode()) for d in text.documents)}
+
+    def protocol(self, split: str) -> dict:
+        hp = self.hparams
+        described = {"name": hp.eval_protocol, "split": split, "window": self.seq_len,
+                     "prefix_token_id": self.tokenizer.prefix_id, "units": self.eval_units(split),
+                     "word_count": "len(re.split(r'\\s+', text)) as lm-evaluation-harness"}
+        if hp.eval_protocol == "token_windows":
+            described.update(stride=self.eval_stride, scope="the split's text tokenized as one stream, "
+                             "prefixed by one start token; every token scored once")
+        else:
+            described.update(context=hp.rolling_context, scope="each document scored alone with "
+                             "lm-eval loglikelihood_rolling windows; every token scored once")
+        return described
+
+    def unigram_perplexity(self, split: str) -> float | None:
+        """Baseline: the train split's add-one-smoothed unigram distribution on `split`'s tokens."""
+        if self.splits.get("train") is None:
+            return None
+        counts = self._unigram_counts
+        total = sum(counts.values()) + self.vocab_size
+        stream = self._tokens(split, "stream").tolist()
+        nll = -sum(math.log((counts.get(t, 0) + 1) / total) for t in stream)
+        return math.exp(nll / len(stream))
+
+    @cached_property
+    def _unigram_counts(self) -> Counter:
+        return Counter(self._tokens("train", "stream").tolist())
+
+    def provenance(self) -> dict:
+        splits = {name: {"origin": s.origin, "sha256": s.sha256, "documents": len(s.documents)}
+                  for name, s in self.splits.items() if s is not None}
+        for name in ("validation", "test"):
+            if name in splits and self.hparams.eval_max_documents:
+                sub = self._eval_text(name)
+                splits[name].update(evaluated_origin=sub.origin, evaluated_sha256=sub.sha256)
+        return {"source": self.source, "dataset": self.dataset_name, "splits": splits,
+                "tokenizer": self.tokenizer.describe() if self.tokenizer else None,
+                "tokenized_cache_hits": dict(self.cache_hits)}

@@ -1,0 +1,188 @@
+"""LanguageModule: what every model family shares (loss, evaluation sums, optimizer, schedule).
+
+A subclass builds its network in `build_network(vocab_size)` and maps token ids to logits in
+`lm_forward`. The network is built in `configure_model`, after the DataModule is set up, so a
+randomly initialised model takes its vocabulary size from the tokenizer the data actually uses.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics import SumMetric
+
+from lightning_bench.errors import ConfigError
+from lightning_bench.evaluation.windows import IGNORE_INDEX
+
+EVAL_STAGES = ("val", "test")
+
+
+@dataclass
+class LMOutput:
+    logits: torch.Tensor  # (batch, seq, vocab)
+    aux_loss: Optional[torch.Tensor] = None  # e.g. a router's load-balancing loss, weighted by the module
+
+
+class LanguageModule(L.LightningModule):
+    """Shared training/evaluation for causal LMs.
+
+    Args:
+        learning_rate: peak AdamW learning rate.
+        weight_decay: applied to matrices only; norms, biases and embeddings are not decayed.
+        betas: AdamW betas.
+        warmup_steps: linear warmup, then cosine decay to `min_lr_ratio * learning_rate` at the
+            last step Lightning will run (trainer.estimated_stepping_batches).
+        min_lr_ratio: final learning rate as a fraction of the peak.
+        aux_loss_weight: weight of the network's auxiliary loss (if it has one) in the training loss.
+    """
+
+    alias = "lm"  # the --model alias; subclasses override
+
+    def __init__(self, learning_rate: float = 1e-3, weight_decay: float = 0.1, betas: tuple[float, float] = (0.9, 0.95),
+                 warmup_steps: int = 100, min_lr_ratio: float = 0.1, aux_loss_weight: float = 0.0):
+        super().__init__()
+        self.net: Optional[nn.Module] = None
+        # evaluation sums are kept in float64: a split has ~1e5-1e6 tokens of ~1-10 nats each
+        self.eval_nll = nn.ModuleDict({s: SumMetric().set_dtype(torch.float64) for s in EVAL_STAGES})
+        self.eval_tokens = nn.ModuleDict({s: SumMetric().set_dtype(torch.float64) for s in EVAL_STAGES})
+        self.last_eval: dict[str, dict] = {}
+
+    # ---- what subclasses provide ----------------------------------------------------------
+    def build_network(self, vocab_size: int) -> nn.Module:
+        raise NotImplementedError
+
+    def lm_forward(self, input_ids: torch.Tensor) -> LMOutput:
+        raise NotImplementedError
+
+    @property
+    def max_seq_len(self) -> Optional[int]:
+        """Longest window the model can take (None: no limit)."""
+        return None
+
+    @property
+    def model_name(self) -> str:
+        return self.alias
+
+    # ---- setup ----------------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        dm = getattr(self.trainer, "datamodule", None)
+        limit = self.max_seq_len
+        if dm is not None and limit is not None and dm.seq_len > limit:
+            raise ConfigError(f"window --data.seq_len {dm.seq_len} exceeds the model's maximum context "
+                              f"{limit}; lower --data.seq_len")
+
+    def configure_model(self) -> None:
+        if self.net is None:
+            dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+            if dm is None or getattr(dm, "tokenizer", None) is None:
+                raise ConfigError("the model's vocabulary comes from the data; run it with an LMDataModule")
+            self.net = self.build_network(dm.vocab_size)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.lm_forward(input_ids).logits
+
+    # ---- training -------------------------------------------------------------------------
+    def training_step(self, batch, batch_idx):
+        out = self.lm_forward(batch["input_ids"])
+        ce = F.cross_entropy(out.logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=IGNORE_INDEX)
+        self.log("train/loss", ce, prog_bar=True)
+        self.log("train/ppl", torch.exp(ce.detach()))
+        loss = ce
+        if out.aux_loss is not None:
+            self.log("train/aux_loss", out.aux_loss)
+            loss = ce + self.hparams.get("aux_loss_weight", 0.0) * out.aux_loss
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"])
+        return {"loss": loss, "ce": ce.detach()}
+
+    # ---- evaluation: sum NLL over scored tokens, turn into every unit at the end ---------------
+    def _eval_step(self, batch, stage: str):
+        logits = self.lm_forward(batch["input_ids"]).logits
+        labels = batch["labels"]
+        nll = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX,
+                              reduction="sum")
+        self.eval_nll[stage].update(nll.double())
+        self.eval_tokens[stage].update((labels != IGNORE_INDEX).sum().double())
+
+    def validation_step(self, batch, batch_idx):
+        self._eval_step(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        self._eval_step(batch, "test")
+
+    def predict_step(self, batch, batch_idx):
+        """Per-token NLL of each window (context positions are NaN)."""
+        logits = self.lm_forward(batch["input_ids"]).logits
+        nll = F.cross_entropy(logits.transpose(1, 2).float(), batch["labels"], ignore_index=IGNORE_INDEX,
+                              reduction="none")
+        return nll.masked_fill(batch["labels"] == IGNORE_INDEX, float("nan"))
+
+    def _eval_epoch_end(self, stage: str):
+        nll, tokens = float(self.eval_nll[stage].compute()), float(self.eval_tokens[stage].compute())
+        self.eval_nll[stage].reset(), self.eval_tokens[stage].reset()
+        if self.trainer.sanity_checking or tokens == 0:
+            return
+        metrics = perplexity_metrics(nll, int(tokens), self._eval_units(stage))
+        self.last_eval[stage] = metrics
+        self.log_dict({f"{stage}/{k}": float(v) for k, v in metrics.items() if v is not None}, sync_dist=False)
+
+    def _eval_units(self, stage: str) -> Optional[dict]:
+        dm = getattr(self.trainer, "datamodule", None)
+        if dm is None or not hasattr(dm, "eval_units"):
+            return None
+        return dm.eval_units("validation" if stage == "val" else "test")
+
+    def on_validation_epoch_end(self):
+        self._eval_epoch_end("val")
+
+    def on_test_epoch_end(self):
+        self._eval_epoch_end("test")
+
+    # ---- optimisation ---------------------------------------------------------------------
+    def configure_optimizers(self):
+        hp = self.hparams
+        embeddings = {id(m.weight) for m in self.modules() if isinstance(m, nn.Embedding)}
+        decay, no_decay = [], []
+        for p in self.parameters():
+            if p.requires_grad:
+                (no_decay if p.ndim < 2 or id(p) in embeddings else decay).append(p)
+        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": hp.weight_decay},
+                                       {"params": no_decay, "weight_decay": 0.0}],
+                                      lr=hp.learning_rate, betas=tuple(hp.betas))
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: warmup_cosine(step, hp.warmup_steps, total, hp.min_lr_ratio))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    # ---- description ----------------------------------------------------------------------
+    def parameter_counts(self) -> dict:
+        if self.net is None:
+            return {}
+        embedding = sum(m.weight.numel() for m in self.net.modules() if isinstance(m, nn.Embedding))
+        total = sum(p.numel() for p in self.net.parameters())
+        return {"total": total, "embedding": embedding, "non_embedding": total - embedding}
+
+
+def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float:
+    """LR multiplier: linear 0 -> 1 over `warmup` steps, then cosine 1 -> min_ratio at `total`."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def perplexity_metrics(nll_sum: float, n_tokens: int, units: Optional[dict]) -> dict:
+    """Every reported unit from one summed NLL (nats). Word/byte units only when every token of the
+    evaluated text was scored (otherwise their denominators would describe a different text)."""
+    ce = nll_sum / n_tokens
+    metrics = {"loss": ce, "ppl": math.exp(ce), "bits_per_token": ce / math.log(2), "scored_tokens": n_tokens,
+               "word_ppl": None, "byte_ppl": None, "bits_per_byte": None}
+    if units and units.get("tokens") == n_tokens:
+        metrics.update(word_ppl=math.exp(nll_sum / units["words"]), byte_ppl=math.exp(nll_sum / units["bytes"]),
+                       bits_per_byte=nll_sum / units["bytes"] / math.log(2))
+    return metrics

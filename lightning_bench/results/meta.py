@@ -1,0 +1,57 @@
+"""`meta`: how a number was obtained (versions, code revision, seed, data, tokenizer, protocol)."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+import lightning_bench
+
+PACKAGES = ("torch", "lightning", "transformers", "datasets", "torchmetrics", "jsonargparse", "bitsandbytes")
+
+
+def package_versions() -> dict:
+    versions = {"lightning_bench": lightning_bench.__version__, "python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def git_revision() -> dict:
+    """The library's own revision (and whether the tree had uncommitted changes)."""
+    root = Path(lightning_bench.__file__).resolve().parent.parent
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        if rev.returncode != 0:
+            return {"commit": None, "dirty": None}
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10)
+        return {"commit": rev.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def run_meta(*, seed, datamodule=None, protocol=None, precision_note=None, extra=None) -> dict:
+    meta = {
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "versions": package_versions(),
+        "git": git_revision(),
+        "seed": seed,
+        "command": " ".join(["lightning_bench", *sys.argv[1:]]),
+        "platform": platform.platform(),
+    }
+    if datamodule is not None and hasattr(datamodule, "provenance"):
+        meta["data"] = datamodule.provenance()
+    if protocol is not None:
+        meta["evaluation_protocol"] = protocol
+    if precision_note:
+        meta["precision"] = precision_note
+    meta.update(extra or {})
+    return meta

@@ -1,0 +1,176 @@
+"""ResultsRecorder: the callback that writes one JSON record per fit / validate / test run.
+
+fit      -> {results_dir}/{model}_{dataset}_seq{seq_len}_bits{bits}.json
+validate -> ..._validate.json,  test -> ..._test.json
+
+Field meanings (docs/results.md has the full list):
+  final_loss / final_perplexity: validation cross-entropy (nats/token) and perplexity after the last
+      validation of the fit; best_perplexity: the lowest validation perplexity seen.
+  epoch_losses: mean training cross-entropy per epoch; epoch_perplexities: validation perplexity
+      at each validation run (once per epoch unless val_check_interval says otherwise).
+  forward/backward/total_flops: null until the profiling callbacks measure them.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from pathlib import Path
+from typing import Optional
+
+import lightning as L
+import torch
+
+from lightning_bench.results.io import write_json_atomic
+from lightning_bench.results.meta import run_meta
+
+
+def model_size_mb(module: torch.nn.Module) -> float:
+    """Bytes of the tensors a checkpoint of `module` stores (tied weights counted once)."""
+    seen, total = set(), 0
+    for tensor in module.state_dict(keep_vars=False).values():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tensor.numel())
+        if key not in seen:
+            seen.add(key)
+            total += tensor.numel() * tensor.element_size()
+    return total / 2**20
+
+
+def peak_memory() -> tuple[float, str]:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.cuda.max_memory_allocated() / 2**20, "cuda_max_memory_allocated"
+    # ru_maxrss is in KiB on Linux: the whole process's peak resident set, model loading included
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "cpu_peak_rss_process"
+
+
+class ResultsRecorder(L.Callback):
+    def __init__(self, results_dir: str = "benchmark_results", bits: int = 32, config: Optional[dict] = None,
+                 seed: Optional[int] = None, precision_note: Optional[str] = None):
+        self.results_dir, self.bits, self.config = Path(results_dir), bits, config or {}
+        self.seed, self.precision_note = seed, precision_note
+        self.written: dict[str, Path] = {}
+        self._reset()
+
+    def _reset(self):
+        self.epoch_losses, self.val_curve = [], []
+        self._loss_sum, self._loss_n = 0.0, 0
+        self._t0 = None
+        self.training_time = None
+        self._trained_tokens = 0
+        self.pending_fit = None
+
+    # ---- fit ------------------------------------------------------------------------------
+    def on_fit_start(self, trainer, pl_module):
+        self._reset()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.reset_peak_memory_stats()
+
+    def on_train_start(self, trainer, pl_module):
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        ce = outputs.get("ce") if isinstance(outputs, dict) else None
+        if ce is not None:
+            self._loss_sum += float(ce)
+            self._loss_n += 1
+        self._trained_tokens += int((batch["labels"] != -100).sum())
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        if self._loss_n:
+            self.epoch_losses.append(self._loss_sum / self._loss_n)
+        self._loss_sum, self._loss_n = 0.0, 0
+
+    def on_validation_end(self, trainer, pl_module):
+        if trainer.sanity_checking:
+            return
+        if trainer.state.fn == "validate" and self.pending_fit is None:
+            return self._write_eval(trainer, pl_module, "validate", "val")
+        metrics = pl_module.last_eval.get("val")
+        if metrics:
+            self.val_curve.append({"epoch": trainer.current_epoch, "step": trainer.global_step, **metrics})
+        if self.pending_fit is not None:  # the final validation that `finish_fit` asked for
+            self._write_fit(*self.pending_fit)
+
+    def on_train_end(self, trainer, pl_module):
+        self.training_time = time.perf_counter() - self._t0 if self._t0 else None
+
+    def on_fit_end(self, trainer, pl_module):
+        if trainer.interrupted:
+            return  # a crash or Ctrl-C: no record rather than a record of a run that did not finish
+        if self._loss_n:  # the last epoch stopped early (max_steps): still report its mean
+            self.on_train_epoch_end(trainer, pl_module)
+        has_val = bool(trainer.num_val_batches) and trainer.limit_val_batches != 0
+        if has_val and (not self.val_curve or self.val_curve[-1]["step"] != trainer.global_step):
+            # training stopped between validations (max_steps / max_time): the record's final
+            # perplexity must describe the final weights, so `finish_fit` validates once more
+            self.pending_fit = (trainer, pl_module)
+            return
+        self._write_fit(trainer, pl_module)
+
+    def finish_fit(self, trainer, pl_module) -> None:
+        """Run the final validation a fit that stopped mid-epoch still owes (then the record is written)."""
+        if self.pending_fit is not None:
+            trainer.validate(pl_module, datamodule=trainer.datamodule, verbose=False)
+
+    def _write_fit(self, trainer, pl_module):
+        self.pending_fit = None
+        last = self.val_curve[-1] if self.val_curve else {}
+        ppls = [v["ppl"] for v in self.val_curve]
+        record = {
+            "final_loss": last.get("loss"),
+            "final_perplexity": last.get("ppl"),
+            "best_perplexity": min(ppls) if ppls else None,
+            "training_time": self.training_time,
+            "forward_flops": None, "backward_flops": None, "total_flops": None,
+            "epoch_losses": self.epoch_losses,
+            "epoch_perplexities": ppls,
+            "validation_curve": self.val_curve,
+            "global_steps": trainer.global_step,
+            "trained_tokens": self._trained_tokens,
+        }
+        self._write(trainer, pl_module, "fit", record, split="validation" if self.val_curve else None)
+
+    # ---- validate / test ------------------------------------------------------------------
+    def on_validation_start(self, trainer, pl_module):
+        self._eval_t0 = time.perf_counter()
+
+    def on_test_start(self, trainer, pl_module):
+        self._eval_t0 = time.perf_counter()
+
+    def on_test_end(self, trainer, pl_module):
+        self._write_eval(trainer, pl_module, "test", "test")
+
+    def _write_eval(self, trainer, pl_module, stage, key):
+        metrics = pl_module.last_eval.get(key)
+        if not metrics or trainer.interrupted:
+            return
+        seconds = time.perf_counter() - self._eval_t0
+        record = {"metrics": metrics, "eval_time": seconds,
+                  "scored_tokens_per_sec": metrics["scored_tokens"] / seconds if seconds > 0 else None}
+        self._write(trainer, pl_module, stage, record, split="validation" if key == "val" else "test")
+
+    # ---- the record -----------------------------------------------------------------------
+    def _write(self, trainer, pl_module, stage, body, split):
+        dm = trainer.datamodule
+        dataset = getattr(dm, "dataset_name", "unknown")
+        seq_len = getattr(dm, "seq_len", None)
+        memory, memory_kind = peak_memory()
+        baselines = {}
+        if split and hasattr(dm, "unigram_perplexity"):
+            baselines[f"unigram_{split}_ppl"] = dm.unigram_perplexity(split)
+        record = {
+            "model_name": pl_module.model_name, "dataset": dataset, "seq_len": seq_len, "bits": self.bits,
+            "stage": stage, **body,
+            "peak_memory_mb": memory, "peak_memory_kind": memory_kind,
+            "model_size_mb": model_size_mb(pl_module.net) if pl_module.net is not None else None,
+            "parameters": pl_module.parameter_counts(),
+            "baselines": baselines,
+            "config": self.config,
+            "meta": run_meta(seed=self.seed, datamodule=dm, precision_note=self.precision_note,
+                             protocol=dm.protocol(split) if split and hasattr(dm, "protocol") else None),
+        }
+        suffix = "" if stage == "fit" else f"_{stage}"
+        name = f"{pl_module.model_name}_{dataset}_seq{seq_len}_bits{self.bits}{suffix}.json"
+        if trainer.is_global_zero:
+            self.written[stage] = write_json_atomic(self.results_dir / name, record)
+            print(f"lightning_bench: wrote {self.written[stage]}")
