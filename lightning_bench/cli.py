@@ -153,11 +153,23 @@ def main(argv: Optional[list[str]] = None) -> int:
         if argv and argv[0] in EXTRA_COMMANDS:
             return EXTRA_COMMANDS[argv[0]](argv[1:])
         run_cli(argv)
-    except ConfigError as err:
-        fail(str(err))
-    except FileNotFoundError as err:
-        fail(f"file not found: {err.filename or err}")
+    except Exception as err:  # noqa: BLE001 - user errors may arrive wrapped by jsonargparse
+        user_error = _find_config_error(err)
+        if user_error is None:
+            raise
+        fail(str(user_error))
     return 0
+
+
+def _find_config_error(err: BaseException | None) -> ConfigError | None:
+    """The ConfigError behind `err` (jsonargparse wraps errors raised while instantiating classes)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, ConfigError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
 
 
 if __name__ == "__main__":

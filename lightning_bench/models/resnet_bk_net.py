@@ -146,7 +146,7 @@ class MoEFeedForward(nn.Module):
         flat = x.reshape(-1, shape[-1])
         probs, gates, top_i = self.route(flat)
         out = torch.zeros_like(flat)
-        # Sparse dispatch: each expert only sees its tokens (E x cheaper than running
+        # Sparse dispatch: each expert only sees its tokens (E/top_k times cheaper than running
         # every expert densely).
         for e, expert in enumerate(self.experts):
             tok, slot = (top_i == e).nonzero(as_tuple=True)
@@ -240,7 +240,9 @@ class ResNetBKNet(nn.Module):
 
     def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must be (batch, seq_len), got shape {tuple(input_ids.shape)}")
+            raise ValueError(
+                f"input_ids must be (batch, seq_len), got shape {tuple(input_ids.shape)}"
+            )
         n = input_ids.shape[1]
         h = self.tok_emb(input_ids)
         if self.pos_emb is not None:

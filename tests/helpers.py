@@ -1,0 +1,25 @@
+"""Small builders shared by tests: a tiny word-level DataModule and a tiny Transformer."""
+
+import lightning as L
+
+from lightning_bench.data import LMDataModule
+from lightning_bench.models import TransformerLM
+
+
+def tiny_data(corpus, **overrides) -> LMDataModule:
+    kwargs = dict(source="text", path=str(corpus), tokenizer="word", seq_len=16, batch_size=4)
+    kwargs.update(overrides)
+    return LMDataModule(**kwargs)
+
+
+def tiny_model(vocab_size: int, **overrides) -> TransformerLM:
+    kwargs = dict(n_layer=1, d_model=32, n_head=4, n_kv_head=2, max_seq_len=64, vocab_size=vocab_size)
+    kwargs.update(overrides)
+    return TransformerLM(**kwargs)
+
+
+def quiet_trainer(**overrides) -> L.Trainer:
+    kwargs = dict(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+                  enable_checkpointing=False)
+    kwargs.update(overrides)
+    return L.Trainer(**kwargs)

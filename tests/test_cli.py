@@ -1,0 +1,141 @@
+"""The command line end to end: a tiny fit writes a trustworthy record; bad input is one line + exit 2."""
+
+import hashlib
+import json
+import math
+
+import pytest
+import yaml
+
+from lightning_bench.cli import expand_aliases, main
+
+TINY_MODEL = ["--model", "transformer", "--model.n_layer", "1", "--model.d_model", "32", "--model.n_head", "2",
+              "--model.warmup_steps", "2"]
+QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+
+
+def run(argv, capsys):
+    """(exit code, stdout, stderr) of one in-process `lightning_bench` call."""
+    try:
+        code = main(argv)
+    except SystemExit as exit_:
+        code = exit_.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def tiny_fit_args(corpus, *extra):
+    return ["fit", *TINY_MODEL, "--data", "text", "--data.path", str(corpus), "--data.seq_len", "16",
+            "--data.batch_size", "8", "--trainer.max_steps", "12", "--trainer.max_epochs", "5", *QUIET, *extra]
+
+
+def test_fit_writes_complete_record(tiny_corpus, capsys, tmp_path):
+    code, out, err = run(tiny_fit_args(tiny_corpus, "--results_dir", "results"), capsys)
+    assert code in (0, None), err
+    record = json.loads((tmp_path / "results" / "transformer_tiny_corpus_seq16_bits32.json").read_text())
+    for key in ("model_name", "dataset", "seq_len", "bits", "final_loss", "final_perplexity", "best_perplexity",
+                "training_time", "forward_flops", "backward_flops", "total_flops", "peak_memory_mb",
+                "model_size_mb", "epoch_losses", "epoch_perplexities", "config", "meta"):
+        assert key in record, key
+    assert record["bits"] == 32 and record["seq_len"] == 16 and record["dataset"] == "tiny_corpus"
+    # the final validation describes the final weights (max_steps stopped mid-epoch)
+    assert record["validation_curve"][-1]["step"] == record["global_steps"] == 12
+    assert record["final_perplexity"] == pytest.approx(math.exp(record["final_loss"]))
+    assert record["best_perplexity"] <= record["final_perplexity"]
+    assert record["validation_curve"][-1]["scored_tokens"] == record["meta"]["evaluation_protocol"]["units"]["tokens"]
+    assert record["config"]["model"]["class_path"] == "lightning_bench.models.TransformerLM"
+    assert record["config"]["data"]["init_args"]["seq_len"] == 16
+    meta = record["meta"]
+    assert meta["seed"] == 1234 and meta["versions"]["torch"] and "commit" in meta["git"]
+    train_sha = hashlib.sha256((tiny_corpus / "train.txt").read_bytes()).hexdigest()
+    assert meta["data"]["splits"]["train"]["sha256"] == train_sha
+    assert meta["data"]["tokenizer"]["kind"] == "word"
+    assert meta["evaluation_protocol"]["name"] == "token_windows"
+    # model size is what the stored tensors weigh: fp32 = 4 bytes per parameter (embeddings tied)
+    assert record["model_size_mb"] == pytest.approx(record["parameters"]["total"] * 4 / 2**20, rel=0.01)
+    # a word-level model must beat nothing in 12 steps, but its numbers must be finite and consistent
+    assert all(math.isfinite(x) for x in record["epoch_losses"])
+
+
+def test_test_and_validate_write_records(tiny_corpus, capsys, tmp_path):
+    common = [*TINY_MODEL, "--data", "text", "--data.path", str(tiny_corpus), "--data.seq_len", "16",
+              "--data.eval_protocol", "document_rolling", *QUIET, "--results_dir", "r"]
+    for stage in ("test", "validate"):
+        code, _, err = run([stage, *common], capsys)
+        assert code in (0, None), err
+    test = json.loads((tmp_path / "r" / "transformer_tiny_corpus_seq16_bits32_test.json").read_text())
+    val = json.loads((tmp_path / "r" / "transformer_tiny_corpus_seq16_bits32_validate.json").read_text())
+    for record in (test, val):
+        metrics = record["metrics"]
+        assert metrics["word_ppl"] and metrics["byte_ppl"] and metrics["bits_per_byte"]
+        assert record["meta"]["evaluation_protocol"]["name"] == "document_rolling"
+    assert test["meta"]["evaluation_protocol"]["split"] == "test"
+    assert val["meta"]["evaluation_protocol"]["split"] == "validation"
+
+
+def test_bits_16_is_mixed_precision(tiny_corpus, capsys, tmp_path):
+    code, _, err = run(tiny_fit_args(tiny_corpus, "--bits", "16", "--trainer.max_steps", "2", "--results_dir", "r"),
+                       capsys)
+    assert code in (0, None), err
+    record = json.loads((tmp_path / "r" / "transformer_tiny_corpus_seq16_bits16.json").read_text())
+    assert "bf16" in record["meta"]["precision"] or "fp16" in record["meta"]["precision"]
+
+
+def _bad_yaml(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("model: [unclosed\n  trainer: {")
+    return str(path)
+
+
+def _empty_file(tmp_path):
+    path = tmp_path / "empty.txt"
+    path.write_text("")
+    return str(path)
+
+
+BAD_INPUTS = {
+    "unknown model alias": (lambda c, t: ["fit", "--model", "bq"], "unknown model 'bq'; valid:"),
+    "unknown data alias": (lambda c, t: ["fit", "--data", "wikitext9"], "unknown data 'wikitext9'; valid:"),
+    "missing path": (lambda c, t: ["fit", "--data", "text", "--data.path", str(t / "nope")], "does not exist"),
+    "missing file": (lambda c, t: ["test", "--data", "text", "--data.train_path", str(c / "train.txt"),
+                                   "--data.test_path", str(t / "nope.txt")], "does not exist"),
+    "empty file": (lambda c, t: ["fit", "--data", "text", "--data.train_path", _empty_file(t)], "is empty"),
+    "malformed yaml": (lambda c, t: ["fit", "--config", _bad_yaml(t)], ""),
+    "bits 3": (lambda c, t: ["fit", "--bits", "3"], "--bits 3 is not supported; valid: 32, 16, 8, 4"),
+    "bits 8 before quantization exists": (lambda c, t: ["fit", "--bits", "8"], "not implemented yet"),
+    "window above model max": (lambda c, t: ["fit", *TINY_MODEL, "--model.max_seq_len", "8", "--data", "text",
+                                             "--data.path", str(c), "--data.seq_len", "16"],
+                               "exceeds the model's maximum context 8"),
+    "unknown option": (lambda c, t: ["fit", "--data.sequence_len", "4"], "sequence_len"),
+    "stride above window": (lambda c, t: ["fit", "--data.seq_len", "8", "--data.eval_stride", "9"], "eval_stride"),
+    "unknown tokenizer": (lambda c, t: ["test", "--data", "text", "--data.path", str(c), "--data.tokenizer",
+                                        str(t / "no-such-tokenizer")], "cannot load tokenizer"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_is_one_clear_line(case, tiny_corpus, tmp_path, capsys):
+    make_args, expected = BAD_INPUTS[case]
+    code, _, err = run([*make_args(tiny_corpus, tmp_path), *QUIET, "--results_dir", "r"], capsys)
+    assert code == 2
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("lightning_bench: error: ") and expected in last, err
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())  # no half-written result
+
+
+def test_aliases_expand_and_class_paths_pass_through():
+    assert expand_aliases(["fit", "--model", "hf", "--data=ptb"]) == [
+        "fit", "--model", "lightning_bench.models.HFLanguageModel", "--data.source", "ptb"]
+    assert expand_aliases(["fit", "--model", "my_pkg.MyLM"]) == ["fit", "--model", "my_pkg.MyLM"]
+
+
+def test_print_config_round_trips(capsys, tmp_path):
+    code, out, _ = run(["fit", "--model", "transformer", "--data", "ptb", "--print_config"], capsys)
+    assert code in (0, None)
+    config = yaml.safe_load(out)
+    assert config["data"]["init_args"]["source"] == "ptb"
+    path = tmp_path / "c.yaml"
+    path.write_text(out)
+    code, out2, _ = run(["fit", "--config", str(path), "--print_config"], capsys)
+    assert yaml.safe_load(out2) == config
