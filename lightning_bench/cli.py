@@ -152,13 +152,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         if argv and argv[0] in EXTRA_COMMANDS:
             return EXTRA_COMMANDS[argv[0]](argv[1:])
-        run_cli(argv)
+        cli = run_cli(argv)
+        finish_loggers(cli.trainer)
     except Exception as err:  # noqa: BLE001 - user errors may arrive wrapped by jsonargparse
         user_error = _find_config_error(err)
         if user_error is None:
             raise
         fail(str(user_error))
     return 0
+
+
+def finish_loggers(trainer) -> None:
+    """Close W&B runs so an offline run is complete on disk (config, summary) when the command returns."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    for logger in getattr(trainer, "loggers", []):
+        if isinstance(logger, WandbLogger) and logger._experiment is not None:
+            logger.experiment.finish()
 
 
 def _find_config_error(err: BaseException | None) -> ConfigError | None:

