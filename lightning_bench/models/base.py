@@ -47,6 +47,7 @@ class LanguageModule(L.LightningModule):
     def __init__(self, learning_rate: float = 1e-3, weight_decay: float = 0.1, betas: tuple[float, float] = (0.9, 0.95),
                  warmup_steps: int = 100, min_lr_ratio: float = 0.1, aux_loss_weight: float = 0.0):
         super().__init__()
+        self.aux_loss_weight = aux_loss_weight  # stored here: subclasses' save_hyperparameters() may omit it
         self.net: Optional[nn.Module] = None
         # evaluation sums are kept in float64: a split has ~1e5-1e6 tokens of ~1-10 nats each
         self.eval_nll = nn.ModuleDict({s: SumMetric().set_dtype(torch.float64) for s in EVAL_STAGES})
@@ -96,7 +97,7 @@ class LanguageModule(L.LightningModule):
         loss = ce
         if out.aux_loss is not None:
             self.log("train/aux_loss", out.aux_loss)
-            loss = ce + self.hparams.get("aux_loss_weight", 0.0) * out.aux_loss
+            loss = ce + self.aux_loss_weight * out.aux_loss
         self.log("train/lr", self.optimizers().param_groups[0]["lr"])
         return {"loss": loss, "ce": ce.detach()}
 

@@ -1,0 +1,78 @@
+"""Mamba: a selective state-space LM, built from transformers' MambaForCausalLM with random init.
+
+Kernels: on CPU (and on CUDA without the `cuda` extra) transformers runs its pure-PyTorch path
+(sequential selective scan, conv1d); mamba-ssm does not even import without CUDA. With the `cuda`
+extra installed (mamba-ssm, causal-conv1d), transformers picks up their fused kernels automatically
+on GPU, with nothing to configure here.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from torch import nn
+
+from lightning_bench.errors import ConfigError
+from lightning_bench.models.base import LanguageModule, LMOutput
+
+
+class MambaLM(LanguageModule):
+    """Mamba (v1) decoder LM.
+
+    Args:
+        d_model: hidden size.
+        n_layer: Mamba blocks.
+        d_state: SSM state size per channel (N).
+        d_conv: causal depthwise convolution width.
+        expand: inner size = expand * d_model.
+        tie_embeddings: share the input embedding and the output projection.
+        vocab_size: default None = the data's tokenizer's vocabulary.
+
+    No positional limit: the recurrence takes any length (max_seq_len is None).
+    """
+
+    alias = "mamba"
+
+    def __init__(self, d_model: int = 128, n_layer: int = 2, d_state: int = 16, d_conv: int = 4, expand: int = 2,
+                 tie_embeddings: bool = True, vocab_size: Optional[int] = None,
+                 learning_rate: float = 1e-3, weight_decay: float = 0.1, betas: tuple[float, float] = (0.9, 0.95),
+                 warmup_steps: int = 100, min_lr_ratio: float = 0.1):
+        super().__init__(learning_rate, weight_decay, betas, warmup_steps, min_lr_ratio)
+        for name, value in (("d_model", d_model), ("n_layer", n_layer), ("d_state", d_state),
+                            ("d_conv", d_conv), ("expand", expand)):
+            if value < 1:
+                raise ConfigError(f"--model.{name} must be >= 1, got {value}")
+        self.save_hyperparameters()
+        if vocab_size is not None:
+            self.net = self.build_network(vocab_size)
+
+    def build_network(self, vocab_size: int) -> nn.Module:
+        from transformers import MambaConfig, MambaForCausalLM
+
+        hp = self.hparams
+        self.hparams.vocab_size = vocab_size  # saved in checkpoints, so load_from_checkpoint can rebuild
+        config = MambaConfig(vocab_size=vocab_size, hidden_size=hp.d_model, num_hidden_layers=hp.n_layer,
+                             state_size=hp.d_state, conv_kernel=hp.d_conv, expand=hp.expand,
+                             tie_word_embeddings=hp.tie_embeddings, bos_token_id=None, eos_token_id=None,
+                             pad_token_id=None, use_cache=False)
+        net = MambaForCausalLM(config)
+        # As in mamba-ssm: the SSM's A (log-parametrised, S4D-real init) and skip D are not decayed
+        # (decaying A_log pulls every state's decay rate towards exp(0) = 1).
+        for name, p in net.named_parameters():
+            if name.endswith(("A_log", ".D")):
+                p._no_weight_decay = True
+        return net
+
+    def configure_optimizers(self):
+        """The shared recipe, with parameters flagged `_no_weight_decay` moved to the no-decay group."""
+        conf = super().configure_optimizers()
+        decay, no_decay = conf["optimizer"].param_groups  # before the first step: no optimizer state yet
+        flagged = [p for p in decay["params"] if getattr(p, "_no_weight_decay", False)]
+        if flagged:
+            ids = {id(p) for p in flagged}
+            decay["params"] = [p for p in decay["params"] if id(p) not in ids]
+            no_decay["params"] = no_decay["params"] + flagged
+        return conf
+
+    def lm_forward(self, input_ids) -> LMOutput:
+        return LMOutput(self.net(input_ids=input_ids, use_cache=False).logits)

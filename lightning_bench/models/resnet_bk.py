@@ -1,0 +1,83 @@
+"""ResNet-BK: the O(N) LM that mixes tokens only through a causal resolvent-diagonal scan.
+
+The network itself (BK core, MoE layer, blocks) lives in `resnet_bk_net` / `bk_core` as plain
+nn.Modules; this module wraps it in the shared LanguageModule recipe. The router's load-balancing
+loss is returned unweighted by the network and weighted here by `load_balance_weight` (the base
+class's `aux_loss_weight`).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from torch import nn
+
+from lightning_bench.errors import ConfigError
+from lightning_bench.models.base import LanguageModule, LMOutput
+from lightning_bench.models.resnet_bk_net import BKConfig, ResNetBKNet
+
+
+class ResNetBKLM(LanguageModule):
+    """ResNet-BK causal LM (defaults = the reference model: 4.15M parameters at vocab 30k).
+
+    Args:
+        d_model: hidden size.
+        n_layers: BK blocks (pre-norm residual: h + BKLayer(LayerNorm(h))).
+        max_seq_len: size of the learned position table (the longest window with
+            position_embedding="learned"; no limit with "none").
+        num_experts: MoE experts per layer.
+        top_k: experts each token is routed to.
+        dropout: dropout inside the experts.
+        v_max: the per-token potential is clamped to +-v_max.
+        feature_clamp: the resolvent features [Re G, Im G] are clamped to +-feature_clamp.
+        bk_scale: weight of the BK branch next to the MoE branch.
+        z_imag: Im z of the spectral shift z (must be > 0; |G| <= 1/Im z).
+        position_embedding: "learned" (token + learned positions, the reference) or "none"
+            (the causal recurrence is itself order-aware, so any length works).
+        scan_impl: "scan" (parallel prefix product, O(log N) depth) or "sequential" (reference loop).
+        vocab_size: default None = the data's tokenizer's vocabulary.
+        load_balance_weight: weight of the router's load-balancing loss in the training loss.
+    """
+
+    alias = "bk"
+
+    def __init__(self, d_model: int = 64, n_layers: int = 4, max_seq_len: int = 128, num_experts: int = 4,
+                 top_k: int = 1, dropout: float = 0.1, v_max: float = 3.0, feature_clamp: float = 10.0,
+                 bk_scale: float = 1.0, z_imag: float = 1.0,
+                 position_embedding: str = "learned", scan_impl: str = "scan", vocab_size: Optional[int] = None,
+                 learning_rate: float = 1e-3, weight_decay: float = 0.1, betas: tuple[float, float] = (0.9, 0.95),
+                 warmup_steps: int = 100, min_lr_ratio: float = 0.1, load_balance_weight: float = 0.01):
+        super().__init__(learning_rate, weight_decay, betas, warmup_steps, min_lr_ratio,
+                         aux_loss_weight=load_balance_weight)
+        self.save_hyperparameters()
+        # the base's training_step reads the weight from hparams (saved in checkpoints too; extra
+        # keys are filtered out by load_from_checkpoint)
+        self.hparams.aux_loss_weight = load_balance_weight
+        # validate the sizes now, before a Trainer and the data are set up (the vocabulary may come later)
+        self._config(vocab_size if vocab_size is not None else 1)
+        if vocab_size is not None:
+            self.net = self.build_network(vocab_size)
+
+    def _config(self, vocab_size: int) -> BKConfig:
+        hp = self.hparams
+        try:
+            return BKConfig(vocab_size=vocab_size, d_model=hp.d_model, n_layers=hp.n_layers,
+                            max_seq_len=hp.max_seq_len, num_experts=hp.num_experts, top_k=hp.top_k,
+                            dropout=hp.dropout, v_max=hp.v_max, feature_clamp=hp.feature_clamp,
+                            bk_scale=hp.bk_scale, z_imag=hp.z_imag, position_embedding=hp.position_embedding,
+                            scan_impl=hp.scan_impl, load_balance_weight=hp.load_balance_weight)
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+
+    def build_network(self, vocab_size: int) -> nn.Module:
+        config = self._config(vocab_size)
+        self.hparams.vocab_size = vocab_size  # saved in checkpoints, so load_from_checkpoint can rebuild
+        return ResNetBKNet(config)
+
+    @property
+    def max_seq_len(self) -> Optional[int]:
+        return self.hparams.max_seq_len if self.hparams.position_embedding == "learned" else None
+
+    def lm_forward(self, input_ids) -> LMOutput:
+        logits, aux_loss = self.net(input_ids)
+        return LMOutput(logits, aux_loss)
