@@ -3,7 +3,7 @@
 Both score the same windows (token_windows protocol over the first N WikiText-2 test articles) with
 the same model in fp32; the script checks they agree on the summed NLL and prints throughput.
 
-    python benchmarks/eval_throughput.py [--model DIR] [--documents 3] [--seq-len 512] [--batch-size 8]
+    python benchmarks/eval_throughput.py [--model DIR] [--documents 3] [--seq-len 512] [--batch-size 2]
 
 DIR defaults to $LB_SMOLLM2_DIR or ~/.cache/lightning_bench/smollm2-135m-instruct
 (make it with ../shared/scripts/smollm2.sh).
@@ -47,7 +47,7 @@ def main():
     parser.add_argument("--data", default=str(ROOT.parent / "shared/data/wikitext-2"))
     parser.add_argument("--documents", type=int, default=3)
     parser.add_argument("--seq-len", type=int, default=512)
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=2)
     args = parser.parse_args()
 
     import lightning as L

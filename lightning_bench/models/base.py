@@ -151,7 +151,9 @@ class LanguageModule(L.LightningModule):
         decay, no_decay = [], []
         for p in self.parameters():
             if p.requires_grad:
-                (no_decay if p.ndim < 2 or id(p) in embeddings else decay).append(p)
+                # `_no_weight_decay` is mamba-ssm's flag (e.g. the SSM's A_log and D): honoured for every family
+                exempt = p.ndim < 2 or id(p) in embeddings or getattr(p, "_no_weight_decay", False)
+                (no_decay if exempt else decay).append(p)
         optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": hp.weight_decay},
                                        {"params": no_decay, "weight_decay": 0.0}],
                                       lr=hp.learning_rate, betas=tuple(hp.betas))

@@ -63,16 +63,5 @@ class MambaLM(LanguageModule):
                 p._no_weight_decay = True
         return net
 
-    def configure_optimizers(self):
-        """The shared recipe, with parameters flagged `_no_weight_decay` moved to the no-decay group."""
-        conf = super().configure_optimizers()
-        decay, no_decay = conf["optimizer"].param_groups  # before the first step: no optimizer state yet
-        flagged = [p for p in decay["params"] if getattr(p, "_no_weight_decay", False)]
-        if flagged:
-            ids = {id(p) for p in flagged}
-            decay["params"] = [p for p in decay["params"] if id(p) not in ids]
-            no_decay["params"] = no_decay["params"] + flagged
-        return conf
-
     def lm_forward(self, input_ids) -> LMOutput:
         return LMOutput(self.net(input_ids=input_ids, use_cache=False).logits)
