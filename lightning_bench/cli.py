@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Callable, Optional
 
 import yaml
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from jsonargparse import lazy_instance
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_bench.data import DATA_ALIASES, LMDataModule
 from lightning_bench.errors import ConfigError, unknown_name
 from lightning_bench.models import MODEL_ALIASES, TransformerLM
+from lightning_bench.results.recorder import run_name
 
 PROG = "lightning_bench"
 
@@ -73,10 +76,16 @@ class LightningBenchCLI(LightningCLI):
                               "set precision with --bits only")
         kwargs["precision"] = precision
         print(f"{PROG}: --bits {cfg.bits}: {note}", file=sys.stderr)
+        name = run_name(self.model, self.datamodule, cfg.bits)
         if cfg.wandb:
-            kwargs["logger"] = wandb_logger(cfg.wandb_project, cfg.wandb_dir)
+            kwargs["logger"] = wandb_logger(cfg.wandb_project, cfg.wandb_dir, name)
         elif cfg.trainer.logger in (None, True):
-            kwargs["logger"] = csv_logger(cfg.trainer.default_root_dir or "logs")
+            kwargs["logger"] = csv_logger(cfg.trainer.default_root_dir or "logs", name)
+        callbacks = list(self._get(self.config_init, "trainer", default={}).get("callbacks") or [])
+        if cfg.trainer.enable_checkpointing is not False and not any(isinstance(c, ModelCheckpoint) for c in callbacks):
+            # one stable folder per experiment (and seed), so `--ckpt_path last` finds the run to resume
+            dirpath = Path(cfg.trainer.default_root_dir or ".") / "checkpoints" / f"{name}_seed{cfg.seed_everything}"
+            kwargs["callbacks"] = [*callbacks, ModelCheckpoint(dirpath=dirpath, save_last=True)]
         config = yaml.safe_load(self._parser(self.subcommand).dump(cfg, skip_none=False))
         trainer = super().instantiate_trainer(**kwargs)
         seed = cfg.get("seed_everything")

@@ -18,16 +18,16 @@ def wandb_logged_in() -> bool:
     return bool(auth and auth[2])
 
 
-def wandb_logger(project: str, save_dir: str):
+def wandb_logger(project: str, save_dir: str, name: str | None = None):
     from lightning.pytorch.loggers import WandbLogger
 
     mode = os.environ.get("WANDB_MODE")
     offline = mode in ("offline", "disabled") or (mode != "online" and not wandb_logged_in())
     os.makedirs(save_dir, exist_ok=True)
-    return WandbLogger(project=project, save_dir=save_dir, offline=offline)
+    return WandbLogger(project=project, save_dir=save_dir, offline=offline, name=name)
 
 
-def csv_logger(save_dir: str):
+def csv_logger(save_dir: str, name: str = "lightning_bench"):
     from lightning.pytorch.loggers import CSVLogger
 
-    return CSVLogger(save_dir=save_dir, name="lightning_bench")
+    return CSVLogger(save_dir=save_dir, name=name)

@@ -23,3 +23,14 @@ def quiet_trainer(**overrides) -> L.Trainer:
                   enable_checkpointing=False)
     kwargs.update(overrides)
     return L.Trainer(**kwargs)
+
+
+class StopAfterEpochs(L.Callback):
+    """Stops a fit gracefully after `epochs` epochs, like a preempted job (the schedule is untouched)."""
+
+    def __init__(self, epochs: int = 1):
+        self.epochs = epochs
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        if trainer.current_epoch + 1 >= self.epochs:
+            trainer.should_stop = True

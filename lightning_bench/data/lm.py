@@ -8,6 +8,7 @@ carries `labels` with -100 on context-only positions, so the model just sums the
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections import Counter
 from functools import cached_property
@@ -16,7 +17,7 @@ from typing import Literal, Optional
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from lightning_bench.data.cache import cache_key, cached
 from lightning_bench.data.sources import DATA_ALIASES, SplitText, load_split
@@ -44,6 +45,25 @@ class ChunkDataset(Dataset):
     def __getitem__(self, k):
         x = self.stream[k * self.seq_len: (k + 1) * self.seq_len + 1].long()
         return {"input_ids": x[:-1], "labels": x[1:]}
+
+
+class EpochSeededSampler(Sampler):
+    """A shuffle that depends only on (seed, epoch): a run resumed from a checkpoint at an epoch
+    boundary sees exactly the batches the uninterrupted run would have seen. Lightning calls
+    `set_epoch` on samplers that have it."""
+
+    def __init__(self, n: int, seed: int):
+        self.n, self.seed, self.epoch = n, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+        return iter(torch.randperm(self.n, generator=generator).tolist())
 
 
 class WindowDataset(Dataset):
@@ -248,9 +268,10 @@ class LMDataModule(L.LightningDataModule):
 
     # ---- dataloaders ------------------------------------------------------------------------
     def train_dataloader(self):
-        return DataLoader(ChunkDataset(self._tokens("train", "stream"), self.seq_len),
-                          batch_size=self.hparams.batch_size, shuffle=True, drop_last=False,
-                          num_workers=self.hparams.num_workers)
+        chunks = ChunkDataset(self._tokens("train", "stream"), self.seq_len)
+        seed = int(os.environ.get("PL_GLOBAL_SEED", 0))  # set by seed_everything (--seed_everything)
+        return DataLoader(chunks, batch_size=self.hparams.batch_size, sampler=EpochSeededSampler(len(chunks), seed),
+                          drop_last=False, num_workers=self.hparams.num_workers)
 
     def _eval_loader(self, split: str):
         hp = self.hparams

@@ -43,6 +43,12 @@ def peak_memory() -> tuple[float, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "cpu_peak_rss_process"
 
 
+def run_name(model, datamodule, bits: int) -> str:
+    """`{model}_{dataset}_seq{seq_len}_bits{bits}`: the record's file stem, and the log/checkpoint folder name."""
+    dataset = getattr(datamodule, "dataset_name", "unknown")
+    return f"{getattr(model, 'model_name', type(model).__name__)}_{dataset}_seq{getattr(datamodule, 'seq_len', None)}_bits{bits}"
+
+
 class ResultsRecorder(L.Callback):
     def __init__(self, results_dir: str = "benchmark_results", bits: int = 32, config: Optional[dict] = None,
                  seed: Optional[int] = None, precision_note: Optional[str] = None):
@@ -170,7 +176,7 @@ class ResultsRecorder(L.Callback):
                              protocol=dm.protocol(split) if split and hasattr(dm, "protocol") else None),
         }
         suffix = "" if stage == "fit" else f"_{stage}"
-        name = f"{pl_module.model_name}_{dataset}_seq{seq_len}_bits{self.bits}{suffix}.json"
+        name = f"{run_name(pl_module, dm, self.bits)}{suffix}.json"
         if trainer.is_global_zero:
             self.written[stage] = write_json_atomic(self.results_dir / name, record)
             print(f"lightning_bench: wrote {self.written[stage]}")
