@@ -58,8 +58,14 @@ class LanguageModule(L.LightningModule):
     def build_network(self, vocab_size: int) -> nn.Module:
         raise NotImplementedError
 
-    def lm_forward(self, input_ids: torch.Tensor) -> LMOutput:
-        raise NotImplementedError
+    def lm_forward(self, input_ids: torch.Tensor, logits_to_keep: Optional[torch.Tensor] = None) -> LMOutput:
+        """Logits for `input_ids` (B, T); `logits_to_keep` (1-D positions) limits them to those positions.
+
+        This default serves every family whose net is a transformers *ForCausalLM; their own
+        `logits_to_keep` applies the output head (and any logit soft-capping) only where asked.
+        """
+        keep = 0 if logits_to_keep is None else logits_to_keep  # transformers: 0 = all positions
+        return LMOutput(self.net(input_ids=input_ids, use_cache=False, logits_to_keep=keep).logits)
 
     @property
     def max_seq_len(self) -> Optional[int]:
@@ -103,8 +109,14 @@ class LanguageModule(L.LightningModule):
 
     # ---- evaluation: sum NLL over scored tokens, turn into every unit at the end ---------------
     def _eval_step(self, batch, stage: str):
-        logits = self.lm_forward(batch["input_ids"]).logits
         labels = batch["labels"]
+        # sliding windows score only their tail: the output head (vocab-sized, often the largest
+        # matmul) runs only at positions some window in the batch scores
+        keep = (labels != IGNORE_INDEX).any(0).nonzero().squeeze(1)
+        if len(keep) == labels.shape[1]:
+            keep = None
+        logits = self.lm_forward(batch["input_ids"], logits_to_keep=keep).logits
+        labels = labels if keep is None else labels[:, keep]
         nll = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX,
                               reduction="sum")
         self.eval_nll[stage].update(nll.double())

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from lightning_bench.errors import ConfigError
-from lightning_bench.models.base import LanguageModule, LMOutput
+from lightning_bench.models.base import LanguageModule
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
 
@@ -86,6 +86,3 @@ class HFLanguageModel(LanguageModule):
             raise ConfigError(f"the data's tokenizer has {vocab_size} tokens but the model only "
                               f"{net.get_input_embeddings().num_embeddings}; use --data.tokenizer auto")
         return net
-
-    def lm_forward(self, input_ids) -> LMOutput:
-        return LMOutput(self.net(input_ids=input_ids, use_cache=False).logits)

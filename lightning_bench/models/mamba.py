@@ -13,7 +13,7 @@ from typing import Optional
 from torch import nn
 
 from lightning_bench.errors import ConfigError
-from lightning_bench.models.base import LanguageModule, LMOutput
+from lightning_bench.models.base import LanguageModule
 
 
 class MambaLM(LanguageModule):
@@ -62,6 +62,3 @@ class MambaLM(LanguageModule):
             if name.endswith(("A_log", ".D")):
                 p._no_weight_decay = True
         return net
-
-    def lm_forward(self, input_ids) -> LMOutput:
-        return LMOutput(self.net(input_ids=input_ids, use_cache=False).logits)

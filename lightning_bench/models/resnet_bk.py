@@ -78,6 +78,6 @@ class ResNetBKLM(LanguageModule):
     def max_seq_len(self) -> Optional[int]:
         return self.hparams.max_seq_len if self.hparams.position_embedding == "learned" else None
 
-    def lm_forward(self, input_ids) -> LMOutput:
+    def lm_forward(self, input_ids, logits_to_keep=None) -> LMOutput:
         logits, aux_loss = self.net(input_ids)
-        return LMOutput(logits, aux_loss)
+        return LMOutput(logits if logits_to_keep is None else logits[:, logits_to_keep], aux_loss)

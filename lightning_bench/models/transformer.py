@@ -11,7 +11,7 @@ from typing import Optional
 
 from torch import nn
 
-from lightning_bench.models.base import LanguageModule, LMOutput
+from lightning_bench.models.base import LanguageModule
 
 
 class TransformerLM(LanguageModule):
@@ -62,6 +62,3 @@ class TransformerLM(LanguageModule):
     @property
     def max_seq_len(self) -> int:
         return self.hparams.max_seq_len
-
-    def lm_forward(self, input_ids) -> LMOutput:
-        return LMOutput(self.net(input_ids=input_ids, use_cache=False).logits)
