@@ -90,6 +90,10 @@ class LightningBenchCLI(LightningCLI):
         trainer = super().instantiate_trainer(**kwargs)
         seed = cfg.get("seed_everything")
         trainer.callbacks.append(ResultsRecorder(cfg.results_dir, cfg.bits, config, seed, note))
+        if self.subcommand == "predict":
+            from lightning_bench.results.predictions import TokenNLLWriter
+
+            trainer.callbacks.append(TokenNLLWriter(Path(cfg.results_dir) / f"{name}_predict.pt"))
         return trainer
 
     def after_fit(self) -> None:

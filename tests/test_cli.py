@@ -139,3 +139,15 @@ def test_print_config_round_trips(capsys, tmp_path):
     path.write_text(out)
     code, out2, _ = run(["fit", "--config", str(path), "--print_config"], capsys)
     assert yaml.safe_load(out2) == config
+
+
+def test_predict_saves_per_token_nll(tiny_corpus, capsys, tmp_path):
+    import torch
+
+    code, _, err = run(["predict", *TINY_MODEL, "--data", "text", "--data.path", str(tiny_corpus),
+                        "--data.seq_len", "16", *QUIET, "--results_dir", "r"], capsys)
+    assert code in (0, None), err
+    saved = torch.load(tmp_path / "r" / "transformer_tiny_corpus_seq16_bits32_predict.pt")
+    nll = torch.cat([w.flatten() for w in saved["windows"]])
+    scored = nll[~nll.isnan()]
+    assert len(scored) == saved["protocol"]["units"]["tokens"] and (scored > 0).all()
