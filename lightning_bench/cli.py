@@ -142,7 +142,12 @@ def list_aliases(argv: list[str]) -> int:
 
 
 # Subcommands that are not Lightning trainer entry points register here (sweep, report, ...).
-EXTRA_COMMANDS: dict[str, Callable[[list[str]], int]] = {"aliases": list_aliases}
+EXTRA_COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "aliases": list_aliases,
+    # imported when called: it drives run_cli itself (and keeps `lightning_bench fit` start-up light)
+    "multi_dataset": lambda argv: __import__("lightning_bench.experiments.multi_dataset",
+                                             fromlist=["multi_dataset"]).multi_dataset(argv),
+}
 
 
 def run_cli(argv: list[str]) -> LightningBenchCLI:

@@ -99,6 +99,7 @@ class LMDataModule(L.LightningDataModule):
 
     Args:
         source: corpus alias (ptb, wikitext2, wikitext103, c4, pile, pg19) or `text` for local files.
+        name: the dataset's name in records and file names (default: the alias, or the folder name).
         path: for `text`, a folder with train/valid/test files or a single file.
         train_path / val_path / test_path: explicit files per split (override `path`).
         val_fraction: when there is no validation split, hold out this final fraction of the train
@@ -118,6 +119,7 @@ class LMDataModule(L.LightningDataModule):
     def __init__(
         self,
         source: str = "ptb",
+        name: Optional[str] = None,
         path: Optional[str] = None,
         train_path: Optional[str] = None,
         val_path: Optional[str] = None,
@@ -162,6 +164,8 @@ class LMDataModule(L.LightningDataModule):
     # ---- naming -----------------------------------------------------------------------------
     @property
     def dataset_name(self) -> str:
+        if self.hparams.name:
+            return self.hparams.name
         if self.source != "text":
             return self.source
         anchor = self.hparams.path or self.hparams.test_path or self.hparams.train_path or "text"
