@@ -58,6 +58,9 @@ class LightningBenchCLI(LightningCLI):
                             help="where the JSON record of the run is written")
         parser.add_argument("--wandb", type=bool, default=False,
                             help="log to Weights & Biases (offline unless you are logged in)")
+        parser.add_argument("--profile", type=bool, default=True,
+                            help="measure FLOPs (first step), peak memory and throughput into the record")
+        parser.add_argument("--flop_counter", type=str, default="torch", help="torch (default) or fvcore")
         parser.add_argument("--wandb_project", type=str, default="lightning_bench")
         parser.add_argument("--wandb_dir", type=str, default="logs",
                             help="where W&B keeps runs (offline runs can be synced later with `wandb sync`)")
@@ -89,6 +92,12 @@ class LightningBenchCLI(LightningCLI):
         config = yaml.safe_load(self._parser(self.subcommand).dump(cfg, skip_none=False))
         trainer = super().instantiate_trainer(**kwargs)
         seed = cfg.get("seed_everything")
+        if cfg.profile:
+            from lightning_bench.profiling import ProfilingCallback
+
+            if cfg.flop_counter not in ("torch", "fvcore"):
+                raise unknown_name("flop counter", cfg.flop_counter, ["torch", "fvcore"])
+            trainer.callbacks.append(ProfilingCallback(counter=cfg.flop_counter))
         trainer.callbacks.append(ResultsRecorder(cfg.results_dir, cfg.bits, config, seed, note))
         if self.subcommand == "predict":
             from lightning_bench.results.predictions import TokenNLLWriter

@@ -55,6 +55,20 @@ def test_fit_writes_complete_record(tiny_corpus, capsys, tmp_path):
     assert record["model_size_mb"] == pytest.approx(record["parameters"]["total"] * 4 / 2**20, rel=0.01)
     # a word-level model must beat nothing in 12 steps, but its numbers must be finite and consistent
     assert all(math.isfinite(x) for x in record["epoch_losses"])
+    # cost, measured by the profiling callback on the first training step
+    assert 0 < record["forward_flops"] < record["backward_flops"]
+    assert record["total_flops"] == record["forward_flops"] + record["backward_flops"]
+    assert record["tokens_per_sec"] > 0 and record["peak_memory_kind"] == "cpu_peak_rss_process"
+    assert record["mfu"] is None  # no known peak FLOP/s for a CPU
+
+
+def test_profiling_can_be_switched_off(tiny_corpus, capsys, tmp_path):
+    code, _, err = run(tiny_fit_args(tiny_corpus, "--profile", "false", "--trainer.max_steps", "2",
+                                     "--results_dir", "r"), capsys)
+    assert code in (0, None), err
+    record = json.loads((tmp_path / "r" / "transformer_tiny_corpus_seq16_bits32.json").read_text())
+    assert record["forward_flops"] is None and record["tokens_per_sec"] is None
+    assert record["peak_memory_mb"] > 0  # memory is still read (it costs one syscall)
 
 
 def test_test_and_validate_write_records(tiny_corpus, capsys, tmp_path):

@@ -13,7 +13,6 @@ Field meanings (docs/results.md has the full list):
 
 from __future__ import annotations
 
-import resource
 import time
 from pathlib import Path
 from typing import Optional
@@ -36,17 +35,29 @@ def model_size_mb(module: torch.nn.Module) -> float:
     return total / 2**20
 
 
-def peak_memory() -> tuple[float, str]:
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        return torch.cuda.max_memory_allocated() / 2**20, "cuda_max_memory_allocated"
-    # ru_maxrss is in KiB on Linux: the whole process's peak resident set, model loading included
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "cpu_peak_rss_process"
-
-
 def run_name(model, datamodule, bits: int) -> str:
     """`{model}_{dataset}_seq{seq_len}_bits{bits}`: the record's file stem, and the log/checkpoint folder name."""
     dataset = getattr(datamodule, "dataset_name", "unknown")
     return f"{getattr(model, 'model_name', type(model).__name__)}_{dataset}_seq{getattr(datamodule, 'seq_len', None)}_bits{bits}"
+
+
+# cost fields every record carries (null where not measured); see lightning_bench/profiling
+PERF_FIELDS = ("forward_flops", "backward_flops", "total_flops", "flops_per_token", "flop_counter",
+               "tokens_per_sec", "samples_per_sec", "mfu", "peak_memory_mb", "peak_memory_kind",
+               "peak_memory_reserved_mb", "per_stage")
+
+
+def profiling_summary(trainer) -> dict:
+    """The ProfilingCallback's figures, or at least the peak memory when profiling is off."""
+    from lightning_bench.profiling import ProfilingCallback, peak_memory
+
+    for callback in trainer.callbacks:
+        if isinstance(callback, ProfilingCallback):
+            summary = callback.summary()
+            if summary.get("peak_memory_mb") is not None:
+                return summary
+            return {**summary, **peak_memory(trainer.strategy.root_device)}
+    return peak_memory(trainer.strategy.root_device)
 
 
 class ResultsRecorder(L.Callback):
@@ -127,7 +138,6 @@ class ResultsRecorder(L.Callback):
             "final_perplexity": last.get("ppl"),
             "best_perplexity": min(ppls) if ppls else None,
             "training_time": self.training_time,
-            "forward_flops": None, "backward_flops": None, "total_flops": None,
             "epoch_losses": self.epoch_losses,
             "epoch_perplexities": ppls,
             "validation_curve": self.val_curve,
@@ -160,14 +170,14 @@ class ResultsRecorder(L.Callback):
         dm = trainer.datamodule
         dataset = getattr(dm, "dataset_name", "unknown")
         seq_len = getattr(dm, "seq_len", None)
-        memory, memory_kind = peak_memory()
+        perf = profiling_summary(trainer)
         baselines = {}
         if split and hasattr(dm, "unigram_perplexity"):
             baselines[f"unigram_{split}_ppl"] = dm.unigram_perplexity(split)
         record = {
             "model_name": pl_module.model_name, "dataset": dataset, "seq_len": seq_len, "bits": self.bits,
             "stage": stage, **body,
-            "peak_memory_mb": memory, "peak_memory_kind": memory_kind,
+            **{key: perf.get(key) for key in PERF_FIELDS},
             "model_size_mb": model_size_mb(pl_module.net) if pl_module.net is not None else None,
             "parameters": pl_module.parameter_counts(),
             "baselines": baselines,
