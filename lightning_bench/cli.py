@@ -58,6 +58,8 @@ class LightningBenchCLI(LightningCLI):
                             help="where the JSON record of the run is written")
         parser.add_argument("--wandb", type=bool, default=False,
                             help="log to Weights & Biases (offline unless you are logged in)")
+        parser.add_argument("--optimizer_8bit", type=bool, default=False,
+                            help="bitsandbytes AdamW8bit instead of torch AdamW (same groups and schedule)")
         parser.add_argument("--profile", type=bool, default=True,
                             help="measure FLOPs (first step), peak memory and throughput into the record")
         parser.add_argument("--flop_counter", type=str, default="torch", help="torch (default) or fvcore")
@@ -92,6 +94,11 @@ class LightningBenchCLI(LightningCLI):
         config = yaml.safe_load(self._parser(self.subcommand).dump(cfg, skip_none=False))
         trainer = super().instantiate_trainer(**kwargs)
         seed = cfg.get("seed_everything")
+        if cfg.bits in (8, 4):
+            from lightning_bench.quantization import QuantizationCallback
+
+            trainer.callbacks.append(QuantizationCallback(cfg.bits))
+        self.model.optimizer_8bit = cfg.optimizer_8bit
         if cfg.profile:
             from lightning_bench.profiling import ProfilingCallback
 

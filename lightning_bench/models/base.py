@@ -166,9 +166,13 @@ class LanguageModule(L.LightningModule):
                 # `_no_weight_decay` is mamba-ssm's flag (e.g. the SSM's A_log and D): honoured for every family
                 exempt = p.ndim < 2 or id(p) in embeddings or getattr(p, "_no_weight_decay", False)
                 (no_decay if exempt else decay).append(p)
-        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": hp.weight_decay},
-                                       {"params": no_decay, "weight_decay": 0.0}],
-                                      lr=hp.learning_rate, betas=tuple(hp.betas))
+        # `--optimizer_8bit` (set by the CLI): bitsandbytes' AdamW8bit, same groups and schedule
+        if getattr(self, "optimizer_8bit", False):
+            from lightning_bench.quantization import adamw8bit as adamw
+        else:
+            adamw = torch.optim.AdamW
+        optimizer = adamw([{"params": decay, "weight_decay": hp.weight_decay},
+                           {"params": no_decay, "weight_decay": 0.0}], lr=hp.learning_rate, betas=tuple(hp.betas))
         total = max(1, int(self.trainer.estimated_stepping_batches))
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: warmup_cosine(step, hp.warmup_steps, total, hp.min_lr_ratio))
@@ -179,7 +183,10 @@ class LanguageModule(L.LightningModule):
         if self.net is None:
             return {}
         embedding = sum(m.weight.numel() for m in self.net.modules() if isinstance(m, nn.Embedding))
-        total = sum(p.numel() for p in self.net.parameters())
+        # logical counts: a 4-bit Linear packs two weights per stored byte (p.numel() would halve it)
+        packed = {id(m.weight): m.in_features * m.out_features for m in self.net.modules()
+                  if isinstance(m, nn.Linear)}
+        total = sum(packed.get(id(p), p.numel()) for p in self.net.parameters())
         return {"total": total, "embedding": embedding, "non_embedding": total - embedding}
 
 

@@ -131,7 +131,10 @@ class FlopsCallback(L.Callback):
         if not self.eval or stage in self.eval_flops or trainer.sanity_checking or self._phase:
             return
         self._counts = _batch_counts(batch)
-        if not self._counts[0]:
+        if not self._counts[0] or _has_parametrizations(pl_module):
+            # torch's FlopCounterMode (its ModuleTracker) crashes under no_grad/inference_mode when a
+            # module's input is a leaf Parameter, which is what a weight parametrization (QAT
+            # fake-quant) feeds its parametrization module: evaluation FLOPs are then not counted
             return
         self._measured_now[stage] = True
         if self.counter == "fvcore":
@@ -273,3 +276,9 @@ class ProfilingCallback(L.Callback):
     def on_test_epoch_end(self, trainer, pl_module):
         for c in self.parts:
             c.on_test_epoch_end(trainer, pl_module)
+
+
+def _has_parametrizations(pl_module) -> bool:
+    from torch.nn.utils import parametrize
+
+    return any(parametrize.is_parametrized(m) for m in pl_module.modules())

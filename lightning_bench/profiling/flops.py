@@ -194,7 +194,7 @@ def mamba_mixer_forward_flops(batch: int, seq_len: int, hidden: int, d_inner: in
 
 def linear_weight_params(module: nn.Module) -> int:
     """Weights of every nn.Linear (each module once; a tied LM head counts: it is a real matmul)."""
-    return sum(m.weight.numel() for m in module.modules() if isinstance(m, nn.Linear))
+    return sum(m.in_features * m.out_features for m in module.modules() if isinstance(m, nn.Linear))
 
 
 def transformer_forward_flops(batch: int, seq_len: int, n_layer: int, d_model: int, matmul_params: int) -> int:

@@ -24,17 +24,6 @@ from lightning_bench.results.io import write_json_atomic
 from lightning_bench.results.meta import run_meta
 
 
-def model_size_mb(module: torch.nn.Module) -> float:
-    """Bytes of the tensors a checkpoint of `module` stores (tied weights counted once)."""
-    seen, total = set(), 0
-    for tensor in module.state_dict(keep_vars=False).values():
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tensor.numel())
-        if key not in seen:
-            seen.add(key)
-            total += tensor.numel() * tensor.element_size()
-    return total / 2**20
-
-
 def run_name(model, datamodule, bits: int) -> str:
     """`{model}_{dataset}_seq{seq_len}_bits{bits}`: the record's file stem, and the log/checkpoint folder name."""
     dataset = getattr(datamodule, "dataset_name", "unknown")
@@ -45,6 +34,20 @@ def run_name(model, datamodule, bits: int) -> str:
 PERF_FIELDS = ("forward_flops", "backward_flops", "total_flops", "flops_per_token", "flop_counter",
                "tokens_per_sec", "samples_per_sec", "mfu", "peak_memory_mb", "peak_memory_kind",
                "peak_memory_reserved_mb", "per_stage")
+
+
+def model_size(trainer, pl_module) -> dict:
+    """model_size_mb measured from the stored tensors; with --bits 8/4 those of the low-bit modules
+    (exported, or an exported copy while the network is still in quantization-aware training)."""
+    from lightning_bench.quantization import QuantizationCallback, size_breakdown
+
+    if pl_module.net is None:
+        return {"model_size_mb": None}
+    for callback in trainer.callbacks:
+        if isinstance(callback, QuantizationCallback):
+            size = callback.size(pl_module)
+            return {"model_size_mb": size["total_mb"], "model_size": size, "quantization": callback.report}
+    return {"model_size_mb": size_breakdown(pl_module.net)["total_mb"]}
 
 
 def profiling_summary(trainer) -> dict:
@@ -178,7 +181,7 @@ class ResultsRecorder(L.Callback):
             "model_name": pl_module.model_name, "dataset": dataset, "seq_len": seq_len, "bits": self.bits,
             "stage": stage, **body,
             **{key: perf.get(key) for key in PERF_FIELDS},
-            "model_size_mb": model_size_mb(pl_module.net) if pl_module.net is not None else None,
+            **model_size(trainer, pl_module),
             "parameters": pl_module.parameter_counts(),
             "baselines": baselines,
             "config": self.config,
