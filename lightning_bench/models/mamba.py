@@ -1,9 +1,9 @@
 """Mamba: a selective state-space LM, built from transformers' MambaForCausalLM with random init.
 
 Kernels: on CPU (and on CUDA without the `cuda` extra) transformers runs its pure-PyTorch path
-(sequential selective scan, conv1d); mamba-ssm does not even import without CUDA. With the `cuda`
-extra installed (mamba-ssm, causal-conv1d), transformers picks up their fused kernels automatically
-on GPU, with nothing to configure here.
+(sequential selective scan, conv1d; scan_impl="parallel" swaps in a parallel scan); mamba-ssm
+does not even import without CUDA. With the `cuda` extra installed (mamba-ssm, causal-conv1d),
+transformers picks up their fused kernels automatically on GPU, with nothing to configure here.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ class MambaLM(LanguageModule):
         expand: inner size = expand * d_model.
         tie_embeddings: share the input embedding and the output projection.
         vocab_size: default None = the data's tokenizer's vocabulary.
+        scan_impl: "parallel" (default) runs transformers' pure-PyTorch mixer path with a parallel
+            selective scan (models/selective_scan.py); "transformers" leaves transformers' own path.
 
     No positional limit: the recurrence takes any length (max_seq_len is None).
     """
@@ -34,7 +36,7 @@ class MambaLM(LanguageModule):
     alias = "mamba"
 
     def __init__(self, d_model: int = 128, n_layer: int = 2, d_state: int = 16, d_conv: int = 4, expand: int = 2,
-                 tie_embeddings: bool = True, vocab_size: Optional[int] = None,
+                 tie_embeddings: bool = True, vocab_size: Optional[int] = None, scan_impl: str = "parallel",
                  learning_rate: float = 1e-3, weight_decay: float = 0.1, betas: tuple[float, float] = (0.9, 0.95),
                  warmup_steps: int = 100, min_lr_ratio: float = 0.1):
         super().__init__(learning_rate, weight_decay, betas, warmup_steps, min_lr_ratio)
@@ -42,6 +44,8 @@ class MambaLM(LanguageModule):
                             ("d_conv", d_conv), ("expand", expand)):
             if value < 1:
                 raise ConfigError(f"--model.{name} must be >= 1, got {value}")
+        if scan_impl not in ("parallel", "transformers"):
+            raise ConfigError(f"--model.scan_impl must be 'parallel' or 'transformers', got {scan_impl!r}")
         self.save_hyperparameters()
         if vocab_size is not None:
             self.net = self.build_network(vocab_size)
@@ -61,4 +65,14 @@ class MambaLM(LanguageModule):
         for name, p in net.named_parameters():
             if name.endswith(("A_log", ".D")):
                 p._no_weight_decay = True
+        # Without mamba-ssm (always on CPU) transformers scans with a Python loop over positions whose
+        # backward backpropagates every per-step index op into a full-size zero gradient (20-80 s per
+        # training step of configs/compare/mamba_small.yaml on CPU). "parallel" swaps that loop for an
+        # exact parallel scan, per mixer instance (same weights, config and checkpoints). Wherever
+        # mamba-ssm's CUDA kernels (or hub kernels) are installed and the model is on the GPU, and for
+        # generation with a cache, the mixers still run transformers' own forward unchanged.
+        if hp.get("scan_impl", "parallel") == "parallel":
+            from lightning_bench.models.selective_scan import install_parallel_scan
+
+            install_parallel_scan(net)
         return net
