@@ -78,7 +78,7 @@ def test_bk_training_loss_adds_weighted_aux_loss(weight):
     torch.manual_seed(0)
     model = ResNetBKLM(d_model=16, n_layers=2, num_experts=3, max_seq_len=12, vocab_size=40,
                        load_balance_weight=weight).eval()  # eval: dropout off, so forwards repeat exactly
-    assert model.hparams.aux_loss_weight == weight == model.hparams.load_balance_weight
+    assert model.aux_loss_weight == weight == model.hparams.load_balance_weight
     ids = torch.randint(0, 40, (2, 13))
     batch = {"input_ids": ids[:, :-1], "labels": ids[:, 1:]}
 

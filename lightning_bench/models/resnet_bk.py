@@ -50,9 +50,6 @@ class ResNetBKLM(LanguageModule):
         super().__init__(learning_rate, weight_decay, betas, warmup_steps, min_lr_ratio,
                          aux_loss_weight=load_balance_weight)
         self.save_hyperparameters()
-        # the base's training_step reads the weight from hparams (saved in checkpoints too; extra
-        # keys are filtered out by load_from_checkpoint)
-        self.hparams.aux_loss_weight = load_balance_weight
         # validate the sizes now, before a Trainer and the data are set up (the vocabulary may come later)
         self._config(vocab_size if vocab_size is not None else 1)
         if vocab_size is not None:
