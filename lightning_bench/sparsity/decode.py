@@ -1,0 +1,217 @@
+"""Prefill, compress, decode on the pruned cache: `generate_with_eviction`.
+
+One protocol for every method: the context is prefilled densely (the first continuation token is
+predicted from the full context), the cache is compressed to the budget, then each decoding step
+feeds one token with its TRUE position (or, with `rerotate`, the next contiguous one) and an
+attention mask over the compressed cache, and the cache is re-compressed every `interval` steps.
+Decoding is greedy, or teacher-forced on `reference_continuation`, whose per-token NLL is returned.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+import torch
+import torch.nn.functional as F
+
+from lightning_bench.errors import ConfigError
+from lightning_bench.sparsity.cache import EvictionState, budget, check_sparsity, find_inv_freq
+from lightning_bench.sparsity.capture import AttentionRecorder, capturing
+from lightning_bench.sparsity.methods import Method, make_method
+
+_NO_KV_CACHE = {"mamba", "mamba2", "falcon_mamba", "rwkv", "xlstm"}
+
+
+@dataclass
+class EvictionResult:
+    """What one `generate_with_eviction` call produced (B rows, N continuation tokens).
+
+    tokens: (B, N) generated (greedy) or the reference continuation.
+    nll: (B, N) float32 negative log-likelihood (nats) of each token given everything before it.
+    cache_lengths: N entries; cache slots (incl. filler/padding slots) attended when predicting token
+        t, counting the token fed in that step; entry 0 is the dense prefill.
+    kv_bytes: N entries; bytes of every layer's keys and values at the same moments.
+    dense_kv_bytes: N entries; what a dense cache would hold at the same moments.
+    keep: (B,) slots each row kept at the first compression (= its context length for dense).
+    """
+
+    tokens: torch.Tensor
+    nll: torch.Tensor
+    cache_lengths: list[int]
+    kv_bytes: list[int]
+    dense_kv_bytes: list[int]
+    keep: torch.Tensor
+    context_lengths: torch.Tensor
+    compressions: int
+    method: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def peak_kv_bytes(self) -> int:
+        return max(self.kv_bytes[1:] or self.kv_bytes)
+
+    def mean_nll(self) -> float:
+        return float(self.nll.mean())
+
+    def summary(self) -> dict:
+        return {**self.method, "tokens": int(self.nll.numel()), "nll": self.mean_nll(),
+                "ppl": math.exp(self.mean_nll()), "cache_len_final": self.cache_lengths[-1],
+                "kv_bytes_final": self.kv_bytes[-1], "dense_kv_bytes_final": self.dense_kv_bytes[-1],
+                "compressions": self.compressions, "seconds": self.seconds}
+
+
+def resolve_network(net):
+    """The transformers model of a LanguageModule (its `.net`) or `net` itself, checked for a KV cache."""
+    from transformers import PreTrainedModel
+
+    owner = type(net).__name__
+    if not isinstance(net, PreTrainedModel) and isinstance(getattr(net, "net", None), torch.nn.Module):
+        net = net.net
+
+    config = getattr(net, "config", None)
+    if (not isinstance(net, PreTrainedModel) or config is None
+            or getattr(config, "model_type", None) in _NO_KV_CACHE
+            or not hasattr(config, "num_attention_heads")):
+        raise ConfigError(f"{owner} has no KV cache to evict from; KV-cache sparsity needs an attention model "
+                          "(--model transformer or --model hf)")
+    return net
+
+
+def _check_inputs(input_ids, attention_mask):
+    if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+        raise ConfigError(f"input_ids must be (batch, context) with a non-empty context, got {tuple(input_ids.shape)}")
+    if attention_mask is None:
+        return torch.ones_like(input_ids)
+    if attention_mask.shape != input_ids.shape:
+        raise ConfigError(f"attention_mask {tuple(attention_mask.shape)} does not match "
+                          f"input_ids {tuple(input_ids.shape)}")
+    mask = attention_mask.long()
+    if bool((mask[:, 1:] < mask[:, :-1]).any()) or bool(((mask != 0) & (mask != 1)).any()):
+        raise ConfigError("attention_mask must be left-padded (0s, then 1s, per row); pad prompts on the left")
+    if bool((mask.sum(-1) == 0).any()):
+        raise ConfigError("a row of attention_mask has no tokens")
+    return mask
+
+
+@torch.no_grad()
+def prefill(net, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+            recorder: Optional[AttentionRecorder] = None) -> tuple[EvictionState, torch.Tensor]:
+    """Dense prefill of a left-padded batch: (EvictionState over its DynamicCache, last-position logits (B, V)).
+
+    Positions are true positions (0 at each row's first token), as transformers' generate uses."""
+    from transformers import DynamicCache
+
+    config = net.config
+    group = config.num_attention_heads // (getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    if recorder is not None:
+        recorder.query_valid = attention_mask.bool()
+    with capturing(net, recorder):
+        out = net(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                  past_key_values=DynamicCache(config=config), use_cache=True, logits_to_keep=1)
+    if recorder is not None:
+        recorder.query_valid = None
+    return EvictionState(out.past_key_values, attention_mask, positions, group_size=group), out.logits[:, -1]
+
+
+@torch.no_grad()
+def generate_with_eviction(net, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
+                           method: Union[str, Method] = "dense", sparsity: Optional[float] = None,
+                           budget_tokens: Optional[int] = None, interval: int = 1, max_new_tokens: int = 0,
+                           rerotate: bool = False, reference_continuation: Optional[torch.Tensor] = None,
+                           method_params: Optional[dict] = None) -> EvictionResult:
+    """Prefill `input_ids`, compress the KV cache with `method`, decode `max_new_tokens` tokens.
+
+    Args:
+        net: a transformers causal LM (or a LanguageModule whose `.net` is one).
+        input_ids: (B, T) context; attention_mask: (B, T), left padding only (None = no padding).
+        method: registry name (methods.METHODS) or a Method; method_params: its parameters.
+        sparsity: fraction evicted, in [0, 1): each compression keeps ceil((1 - sparsity) * n) slots,
+            n = the row's tokens seen so far. budget_tokens: keep a fixed number of tokens instead
+            (<= the context length). Exactly one of the two (neither: dense).
+        interval: re-compress every `interval` decoding steps (0: only after the prefill).
+        max_new_tokens: tokens to decode greedily (ignored when `reference_continuation` is given).
+        rerotate: re-rotate kept keys to contiguous positions after each compression.
+        reference_continuation: (B, N) tokens to teacher-force; their per-token NLL is returned.
+    """
+    net = resolve_network(net)
+    method = make_method(method, **(method_params or {}))
+    attention_mask = _check_inputs(input_ids, attention_mask)
+    if sparsity is None and budget_tokens is None:
+        if method.evicts:
+            raise ConfigError(f"method {method.name!r} needs --sparsity.ratio or --sparsity.budget_tokens")
+        sparsity = 0.0
+    if sparsity is not None and budget_tokens is not None:
+        raise ConfigError("give either sparsity (a ratio) or budget_tokens (a token count), not both")
+    if sparsity is not None:
+        check_sparsity(sparsity)
+    context = int(attention_mask.sum(-1).max())
+    if budget_tokens is not None:
+        if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int) or budget_tokens < 1:
+            raise ConfigError(f"--sparsity.budget_tokens must be a positive integer, got {budget_tokens!r}")
+        if budget_tokens > context:
+            raise ConfigError(f"--sparsity.budget_tokens {budget_tokens} is larger than the context ({context} "
+                              "tokens); lower it or use a longer context")
+    if isinstance(interval, bool) or not isinstance(interval, int) or interval < 0:
+        raise ConfigError(f"--sparsity.interval must be an integer >= 0, got {interval!r}")
+    if reference_continuation is not None:
+        if reference_continuation.dim() != 2 or reference_continuation.shape[0] != input_ids.shape[0]:
+            raise ConfigError(f"reference_continuation must be (batch, N) with batch {input_ids.shape[0]}, "
+                              f"got {tuple(reference_continuation.shape)}")
+        n_new = reference_continuation.shape[1]
+    else:
+        n_new = int(max_new_tokens)
+    if n_new < 1:
+        raise ConfigError("nothing to decode: give max_new_tokens >= 1 or a reference_continuation")
+    inv_freq = find_inv_freq(net) if rerotate else None
+    if rerotate and inv_freq is None:
+        raise ConfigError("--sparsity.rerotate needs a RoPE model; this one has no rotary embedding")
+
+    was_training = net.training
+    net.eval()
+    start = time.perf_counter()
+    device = next(net.parameters()).device
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+    recorder = AttentionRecorder(method.needs, method.window) if method.needs else None
+    try:
+        state, logits = prefill(net, input_ids, attention_mask, recorder)
+        per_token = state.kv_bytes() // max(1, state.length)
+        B = input_ids.shape[0]
+        tokens = torch.empty(B, n_new, dtype=torch.long, device=device)
+        nll = torch.empty(B, n_new, dtype=torch.float32, device=device)
+        cache_lengths, kv_bytes, dense_bytes = [state.length], [state.kv_bytes()], [state.kv_bytes()]
+        keep0 = None
+        for t in range(n_new):
+            logp = F.log_softmax(logits.float(), dim=-1)
+            tok = reference_continuation[:, t].to(device) if reference_continuation is not None else logp.argmax(-1)
+            tokens[:, t] = tok
+            nll[:, t] = -logp.gather(-1, tok[:, None])[:, 0]
+            if t == n_new - 1:
+                break
+            if t == 0 or (interval and t % interval == 0):
+                keep = budget(state.seen, sparsity, budget_tokens) if method.evicts else state.n_valid
+                state.compress(method, keep, recorder, rerotate, inv_freq)
+                if keep0 is None:
+                    keep0 = state.n_valid.clone()
+            mask, pos = state.next_inputs(1)
+            with capturing(net, recorder):
+                out = net(input_ids=tok[:, None], attention_mask=mask, position_ids=pos,
+                          past_key_values=state.cache, use_cache=True)
+            state.append(1)
+            logits = out.logits[:, -1]
+            del out
+            cache_lengths.append(state.length)
+            kv_bytes.append(state.kv_bytes())
+            dense_bytes.append(per_token * (input_ids.shape[1] + t + 1))
+    finally:
+        net.train(was_training)
+    return EvictionResult(tokens=tokens.cpu(), nll=nll.cpu(), cache_lengths=cache_lengths, kv_bytes=kv_bytes,
+                          dense_kv_bytes=dense_bytes,
+                          keep=(keep0 if keep0 is not None else attention_mask.sum(-1)).cpu(),
+                          context_lengths=attention_mask.sum(-1).cpu(), compressions=state.compressions,
+                          method={**method.describe(), "sparsity": sparsity, "budget_tokens": budget_tokens,
+                                  "interval": interval, "rerotate": rerotate},
+                          seconds=time.perf_counter() - start)

@@ -1,0 +1,374 @@
+"""KV-cache eviction methods: ONE importance function (plus an always-kept set) each.
+
+Every method sees the same thing, a `LayerView` of one layer's cache (keys, values, true token
+positions, slot validity, the number of slots each row keeps, and the attention statistics its
+`needs` asked the capture for), and returns a `Priority`: per (batch, KV head, slot) a score (higher
+= keep) and optionally an integer tier (a higher tier always wins over a lower one: that is how
+sinks / recent windows are "always kept"). The shared mechanism (cache.py) keeps, per row and KV
+head, the `keep` slots of highest (tier, score) and physically drops the rest; methods never
+touch the cache. So the comparison is apple-to-apple: only the importance function differs.
+
+Budget splits (h2o's recent part, local_strided's window, cab's three parts) are rounded half-up
+per row from `keep`, the number of slots that row keeps.
+
+Names and definitions (`make_method(name, **params)`; `METHODS` lists them):
+
+dense          keeps everything; never compresses.
+random         uniform random scores from a seeded generator (`seed`), independent per layer/head.
+streaming_llm  the first `n_sink` tokens (attention sinks) + the most recent ones (Xiao et al. 2023).
+local_strided  a recent window (`local_ratio` of the budget) + every s-th older token, s chosen so the
+               strided part fits the rest of the budget (Child et al. 2019's fixed pattern).
+h2o            cumulative attention received (sum over all queries seen so far and the KV group's
+               query heads); the budget is split between the most recent tokens (`recent_ratio`,
+               default 0.5 as in Zhang et al. 2023's equal heavy/recent budgets) and heavy hitters.
+knorm          keeps the keys with the LOWEST L2 norm (Devoto et al. 2024). Cached keys are
+               post-RoPE; a rotation does not change a norm.
+snapkv         observation window = the last `window` queries (their tokens are always kept); the
+               attention those queries give each older key, summed over the window and the KV group's
+               query heads, max-pooled along the key axis (kernel `kernel`, stride 1, same size;
+               the window and padding slots do not enter the pooling) (Li et al. 2024).
+tova           attention of the most recent query, summed over the KV group's query heads
+               (Oren et al. 2024), per KV head.
+cab_v3         "pure curvature". The CAB repositories (github.com/Js-Hwang1/FRC-CAB- and
+               .../Bridge-Aware-KV-Cache-Eviction-for-Efficient-Long-Context-Transformers,
+               kernels/frc_kernel_stable.py, "CAB V3": keep HIGH FRC) define an edge score on the
+               (block) attention graph, FRC_ij = A_ij - lambda * (A @ A)_ij / N, with A the row-
+               normalised attention, lambda = 0.5. We apply it at token level and turn it into a node
+               (key) score by summing over the queries i that attend key j:
+                   score_j = sum_i FRC_ij = c_j - lambda * R_j / N,
+                   c_j = sum_i A_ij (attention received),   R_j = sum_i (A @ A)_ij = sum_k c_k A_kj,
+               with A the attention graph averaged over the KV group's query heads, N the number of
+               valid tokens of the row, and the highest scores kept (direct attention minus 2-hop
+               redundancy). c is exact over every query seen; R is accumulated over calls with more
+               than one query (the prefill), decoded tokens add to c only (R_j of a decoded key is 0):
+               an O(S) approximation of our own, the repositories do not define decoding.
+cab_v4         alpha * magnitude + (1 - alpha) * uniqueness (alpha 0.5), magnitude = key L2 norm,
+               uniqueness = 1 - mean cosine similarity to the row's other valid keys (same KV head),
+               each min-max normalised to [0, 1] over the row's valid keys.
+cab            30% recent (`local_ratio`) + 50% importance (`importance_ratio`: h2o's cumulative
+               attention, among the non-recent keys) + 20% bridges (`bridge_ratio`): our definition
+               of a bridge is a key with the highest uniqueness (as in cab_v4) among those not already
+               chosen -- a key unlike the others carries information nothing else in the cache does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple, Optional
+
+import torch
+import torch.nn.functional as F
+
+from lightning_bench.errors import ConfigError, unknown_name
+
+
+@dataclass
+class LayerView:
+    """One layer's cache as a method sees it (B rows, H KV heads, S slots)."""
+
+    layer_idx: int
+    keys: torch.Tensor  # (B, H, S, D), post-RoPE as cached
+    values: torch.Tensor  # (B, H, S, D)
+    positions: torch.Tensor  # (B, H, S) true token positions (0 = the row's first non-padding token)
+    valid: torch.Tensor  # (B, S) bool; padding / filler slots are False (same for every head and layer)
+    keep: torch.Tensor  # (B,) slots each row keeps after this compression (<= its valid slots)
+    group_size: int = 1  # query heads per KV head
+    stats: dict = field(default_factory=dict)  # from capture.AttentionRecorder
+
+    @property
+    def n_valid(self) -> torch.Tensor:
+        return self.valid.sum(-1)
+
+    @property
+    def rank(self) -> torch.Tensor:
+        """(B, 1, S) index of each valid slot among the row's valid slots in position order.
+
+        The mechanism keeps slots sorted by position (invalid ones first), so this is the recency
+        order of every head at once."""
+        return (self.valid.long().cumsum(-1) - 1).masked_fill(~self.valid, -1)[:, None, :]
+
+    def recent(self, count: torch.Tensor) -> torch.Tensor:
+        """(B, 1, S) bool: the `count` (B,) most recent valid slots of each row."""
+        start = (self.n_valid - count)[:, None, None]
+        return self.valid[:, None, :] & (self.rank >= start)
+
+    def oldest(self, count: torch.Tensor) -> torch.Tensor:
+        """(B, 1, S) bool: the `count` (B,) oldest valid slots of each row."""
+        return self.valid[:, None, :] & (self.rank < count[:, None, None])
+
+
+class Priority(NamedTuple):
+    score: torch.Tensor  # (B, H, S) float, higher = keep
+    tier: Optional[torch.Tensor] = None  # (B, H, S) or broadcastable int; higher tier always kept first
+
+
+def split(keep: torch.Tensor, ratio: float) -> torch.Tensor:
+    """round-half-up(ratio * keep), per row."""
+    return torch.floor(keep.double() * ratio + 0.5).long().clamp(min=0).minimum(keep)
+
+
+def _check_ratio(name: str, value: float) -> float:
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"--sparsity.{name} must be in [0, 1], got {value}")
+    return float(value)
+
+
+def _minmax(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Min-max normalise x (B, H, S) to [0, 1] over the valid slots of each (row, head); 0 if constant."""
+    v = valid[:, None, :].expand_as(x)
+    lo = x.masked_fill(~v, float("inf")).amin(-1, keepdim=True)
+    hi = x.masked_fill(~v, float("-inf")).amax(-1, keepdim=True)
+    span = hi - lo
+    out = (x - lo) / torch.where(span > 0, span, torch.ones_like(span))
+    return out.masked_fill(~v | ~(span > 0), 0.0)
+
+
+def key_norm(view: LayerView) -> torch.Tensor:
+    return view.keys.float().norm(dim=-1)
+
+
+def key_uniqueness(keys: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """1 - mean cosine similarity of each key to the OTHER valid keys of its (row, head), (B, H, S).
+
+    O(S D): sum_i cos(k_i, k_j) over i != j = k^_j . (sum_i k^_i) - k^_j . k^_j."""
+    v = valid[:, None, :, None].to(torch.float32)
+    unit = F.normalize(keys.float(), dim=-1) * v
+    total = (unit * unit.sum(2, keepdim=True)).sum(-1) - (unit * unit).sum(-1)
+    others = (valid.sum(-1) - 1).clamp(min=1)[:, None, None].to(torch.float32)
+    return 1.0 - total / others
+
+
+def _stat(view: LayerView, name: str, method: str) -> torch.Tensor:
+    stat = view.stats.get(name)
+    if stat is None:
+        raise RuntimeError(f"{method} needs the '{name}' attention statistic for layer {view.layer_idx}; "
+                           "run the model under capture.capturing")
+    return stat
+
+
+class Method:
+    """Base class: subclasses set `name`, `needs`, `window` and implement `priority`."""
+
+    name = ""
+    needs: frozenset = frozenset()  # attention statistics (capture.STAT_NAMES)
+    window = 0  # query rows the "window" statistic must hold
+    evicts = True
+
+    def priority(self, view: LayerView) -> Priority:
+        raise NotImplementedError
+
+    def params(self) -> dict:
+        return {}
+
+    def describe(self) -> dict:
+        return {"method": self.name, **self.params()}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{type(self).__name__}({args})"
+
+
+class Dense(Method):
+    name = "dense"
+    evicts = False
+
+    def priority(self, view):
+        return Priority(torch.zeros(view.keys.shape[:3], device=view.keys.device))
+
+
+class RandomEviction(Method):
+    name = "random"
+
+    def __init__(self, seed: int = 0):
+        self.seed = int(seed)
+        self._generator = torch.Generator().manual_seed(self.seed)
+
+    def params(self):
+        return {"seed": self.seed}
+
+    def priority(self, view):
+        score = torch.rand(view.keys.shape[:3], generator=self._generator)
+        return Priority(score.to(view.keys.device))
+
+
+class StreamingLLM(Method):
+    name = "streaming_llm"
+
+    def __init__(self, n_sink: int = 4):
+        if n_sink < 0:
+            raise ConfigError(f"--sparsity.n_sink must be >= 0, got {n_sink}")
+        self.n_sink = int(n_sink)
+
+    def params(self):
+        return {"n_sink": self.n_sink}
+
+    def priority(self, view):
+        sinks = view.oldest(view.keep.clamp(max=self.n_sink))
+        score = view.rank.float().expand(view.keys.shape[:3])
+        return Priority(score, sinks.long())
+
+
+class LocalStrided(Method):
+    name = "local_strided"
+
+    def __init__(self, local_ratio: float = 0.5):
+        self.local_ratio = _check_ratio("local_ratio", local_ratio)
+
+    def params(self):
+        return {"local_ratio": self.local_ratio}
+
+    def priority(self, view):
+        window = split(view.keep, self.local_ratio)
+        rest = view.keep - window
+        older = view.n_valid - window
+        stride = torch.where(rest > 0, -(-older // rest.clamp(min=1)), older + 1).clamp(min=1)
+        local = view.recent(window)
+        strided = view.valid[:, None, :] & ~local & (view.rank % stride[:, None, None] == 0) & (rest > 0)[:, None, None]
+        tier = local.long() * 2 + strided.long()
+        return Priority(view.rank.float().expand(view.keys.shape[:3]), tier)
+
+
+class H2O(Method):
+    name = "h2o"
+    needs = frozenset({"cum"})
+
+    def __init__(self, recent_ratio: float = 0.5):
+        self.recent_ratio = _check_ratio("recent_ratio", recent_ratio)
+
+    def params(self):
+        return {"recent_ratio": self.recent_ratio}
+
+    def priority(self, view):
+        recent = view.recent(split(view.keep, self.recent_ratio))
+        return Priority(_stat(view, "cum", self.name), recent.long())
+
+
+class KNorm(Method):
+    name = "knorm"
+
+    def priority(self, view):
+        return Priority(-key_norm(view))
+
+
+class SnapKV(Method):
+    name = "snapkv"
+    needs = frozenset({"window"})
+
+    def __init__(self, window: int = 32, kernel: int = 7):
+        if window < 1:
+            raise ConfigError(f"--sparsity.window must be >= 1, got {window}")
+        if kernel < 1 or kernel % 2 == 0:
+            raise ConfigError(f"--sparsity.kernel must be a positive odd number, got {kernel}")
+        self.window, self.kernel = int(window), int(kernel)
+
+    def params(self):
+        return {"window": self.window, "kernel": self.kernel}
+
+    def priority(self, view):
+        rows = _stat(view, "window", self.name)[:, :, -self.window:]
+        window = min(self.window, rows.shape[2])
+        observed = view.recent(view.n_valid.clamp(max=window))  # the observation window's own tokens
+        score = rows.sum(2).masked_fill(observed | ~view.valid[:, None, :], float("-inf"))
+        B, H, S = score.shape
+        pooled = F.max_pool1d(score.reshape(B * H, 1, S), self.kernel, stride=1, padding=self.kernel // 2)
+        kept = view.recent(view.keep.clamp(max=window))  # always kept (the most recent if keep < window)
+        return Priority(pooled.reshape(B, H, S), kept.long())
+
+
+class TOVA(Method):
+    name = "tova"
+    needs = frozenset({"window"})
+    window = 1
+
+    def priority(self, view):
+        return Priority(_stat(view, "window", self.name)[:, :, -1])
+
+
+class CABV3(Method):
+    name = "cab_v3"
+    needs = frozenset({"cum", "frc"})
+
+    def __init__(self, lam: float = 0.5):
+        if lam < 0:
+            raise ConfigError(f"--sparsity.lam must be >= 0, got {lam}")
+        self.lam = float(lam)
+
+    def params(self):
+        return {"lam": self.lam}
+
+    def priority(self, view):
+        c = _stat(view, "cum", self.name) / view.group_size
+        r = _stat(view, "frc", self.name)
+        n = view.n_valid.clamp(min=1)[:, None, None].to(r.dtype)
+        return Priority(c - self.lam * r / n)
+
+
+class CABV4(Method):
+    name = "cab_v4"
+
+    def __init__(self, alpha: float = 0.5):
+        self.alpha = _check_ratio("alpha", alpha)
+
+    def params(self):
+        return {"alpha": self.alpha}
+
+    def priority(self, view):
+        magnitude = _minmax(key_norm(view), view.valid)
+        uniqueness = _minmax(key_uniqueness(view.keys, view.valid), view.valid)
+        return Priority(self.alpha * magnitude + (1 - self.alpha) * uniqueness)
+
+
+class CAB(Method):
+    name = "cab"
+    needs = frozenset({"cum"})
+
+    def __init__(self, local_ratio: float = 0.3, importance_ratio: float = 0.5, bridge_ratio: float = 0.2):
+        for n, v in (("local_ratio", local_ratio), ("importance_ratio", importance_ratio),
+                     ("bridge_ratio", bridge_ratio)):
+            _check_ratio(n, v)
+        if not math.isclose(local_ratio + importance_ratio + bridge_ratio, 1.0, abs_tol=1e-6):
+            raise ConfigError(f"cab's local_ratio + importance_ratio + bridge_ratio must sum to 1, got "
+                              f"{local_ratio} + {importance_ratio} + {bridge_ratio}")
+        self.local_ratio, self.importance_ratio, self.bridge_ratio = local_ratio, importance_ratio, bridge_ratio
+
+    def params(self):
+        return {"local_ratio": self.local_ratio, "importance_ratio": self.importance_ratio,
+                "bridge_ratio": self.bridge_ratio}
+
+    def priority(self, view):
+        n_local = split(view.keep, self.local_ratio)
+        n_important = split(view.keep, self.importance_ratio).minimum(view.keep - n_local)
+        local = view.recent(n_local).expand(view.keys.shape[:3])
+        cum = _stat(view, "cum", self.name).masked_fill(local | ~view.valid[:, None, :], float("-inf"))
+        order = torch.argsort(cum, dim=-1, descending=True, stable=True)
+        rank = torch.argsort(order, dim=-1)
+        important = (rank < n_important[:, None, None]) & ~local & view.valid[:, None, :]
+        tier = local.long() * 2 + important.long()
+        return Priority(key_uniqueness(view.keys, view.valid), tier)
+
+
+METHODS: dict[str, type[Method]] = {m.name: m for m in (
+    Dense, RandomEviction, StreamingLLM, LocalStrided, H2O, KNorm, SnapKV, TOVA, CABV3, CABV4, CAB)}
+
+
+def method_names() -> list[str]:
+    return sorted(METHODS)
+
+
+def make_method(name, **params) -> Method:
+    """A method from its registry name (or a Method instance, returned as is) and its parameters."""
+    if isinstance(name, Method):
+        if params:
+            raise ConfigError(f"parameters {sorted(params)} given with an already built method {name!r}")
+        return name
+    if name not in METHODS:
+        raise unknown_name("sparsity method", name, METHODS)
+    try:
+        return METHODS[name](**params)
+    except TypeError as err:
+        import inspect
+
+        valid = [p for p in inspect.signature(METHODS[name].__init__).parameters if p != "self"]
+        raise ConfigError(f"bad parameters {sorted(params)} for sparsity method {name!r}; "
+                          f"valid: {', '.join(valid) or 'none'}") from err

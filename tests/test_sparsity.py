@@ -1,0 +1,329 @@
+"""KV-cache sparsity: statistics, importance functions and the eviction mechanism, each against a
+reference computed differently (eager attention maps, hand computations, dense runs with masks)."""
+
+import math
+
+import pytest
+import torch
+
+from lightning_bench.errors import ConfigError
+from lightning_bench.sparsity import (METHODS, AttentionRecorder, LayerView, budget, generate_with_eviction,
+                                      make_method, prefill, select_slots)
+from lightning_bench.sparsity.methods import TOVA, CABV4, KNorm, SnapKV, StreamingLLM, key_uniqueness
+
+EVICTING = sorted(m for m in METHODS if m != "dense")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # tiny matmuls: thread start-up dominates, and the machine may be shared
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def tiny_llama(layers=2, seed=0, attn="sdpa"):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         bos_token_id=None, eos_token_id=None, pad_token_id=None, attn_implementation=attn)
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def net():
+    return tiny_llama()
+
+
+def batch(T=20, pad=3, seed=1, n_new=6):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 128, (2, T), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, :pad] = 0
+    ref = torch.randint(0, 128, (2, n_new), generator=g)
+    return ids, mask, ref
+
+
+def full_forward_nll(net, ids, mask, ref, mask_4d=None):
+    """Teacher-forced NLL of `ref` from ONE dense forward over context + continuation (no cache)."""
+    seq = torch.cat([ids, ref], 1)
+    m2 = torch.cat([mask, torch.ones_like(ref)], 1)
+    pos = (m2.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        logits = net(input_ids=seq, attention_mask=m2 if mask_4d is None else mask_4d, position_ids=pos).logits
+    T, N = ids.shape[1], ref.shape[1]
+    logp = torch.log_softmax(logits[:, T - 1:T + N - 1].float(), -1)
+    return -logp.gather(-1, ref[..., None])[..., 0]
+
+
+def view_of(keys, window_rows=None, keep=None):
+    B, H, S, _ = keys.shape
+    valid = torch.ones(B, S, dtype=torch.bool)
+    stats = {} if window_rows is None else {"window": window_rows}
+    return LayerView(layer_idx=0, keys=keys, values=keys.clone(), positions=torch.arange(S).expand(B, H, S),
+                     valid=valid, keep=torch.full((B,), S if keep is None else keep), stats=stats)
+
+
+# ---- statistics against eager attention maps -------------------------------------------------
+def test_capture_statistics_match_eager_attention_maps(net):
+    ids, mask, _ = batch(T=12, pad=3)
+    W = 4
+    rec = AttentionRecorder({"cum", "window", "frc"}, window=W)
+    state, logits = prefill(net, ids, mask, rec)
+    assert net.config._attn_implementation == "sdpa"  # restored
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        plain = net(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1).logits[:, -1]
+        net.set_attn_implementation("eager")
+        try:
+            maps = net(input_ids=ids, attention_mask=mask, position_ids=pos, output_attentions=True).attentions
+        finally:
+            net.set_attn_implementation("sdpa")
+    assert torch.equal(logits, plain)  # the capture does not change the model's outputs
+    B, T = ids.shape
+    for layer, att in enumerate(maps):
+        att = att.float() * mask[:, None, :, None]  # padding queries see nothing
+        grouped = att.view(B, 2, 2, T, T)  # (B, kv heads, group, queries, keys)
+        stats = rec.stats(layer)
+        # h2o: column sums over the queries and the group's heads
+        torch.testing.assert_close(stats["cum"], grouped.sum(2).sum(2), atol=1e-5, rtol=1e-5)
+        # snapkv / tova: the last W rows, summed over the group
+        torch.testing.assert_close(stats["window"], grouped.sum(2)[:, :, -W:], atol=1e-5, rtol=1e-5)
+        tova = TOVA().priority(LayerView(layer, state.cache.layers[layer].keys, state.cache.layers[layer].values,
+                                         state.positions[layer], state.valid, torch.tensor([6, 6]), 2, stats))
+        torch.testing.assert_close(tova.score, grouped.sum(2)[:, :, -1], atol=1e-5, rtol=1e-5)
+        # cab_v3's 2-hop term: R = c^T A on the group-mean graph
+        mean = grouped.mean(2)
+        c = mean.sum(2)
+        torch.testing.assert_close(stats["frc"], torch.einsum("bhk,bhks->bhs", c, mean), atol=1e-5, rtol=1e-5)
+        assert stats["cum"][0, :, :3].abs().max() == 0  # padding keys receive nothing
+
+
+# ---- importance functions by hand ------------------------------------------------------------
+def test_knorm_keeps_lowest_norms_by_hand():
+    keys = torch.tensor([[3.0, 0], [0, 1], [2, 2], [0.5, 0], [0, -4]])[None, None]  # norms 3, 1, 2.83, .5, 4
+    view = view_of(keys, keep=2)
+    index, valid = select_slots(KNorm().priority(view), view.valid, view.positions, view.keep)
+    assert index.tolist() == [[[1, 3]]] and valid.all()
+
+
+def test_snapkv_pooling_by_hand():
+    rows = torch.tensor([[0.1, 0.5, 0.0, 0.2, 0.0, 0.9, 0.3, 0.1],
+                         [0.2, 0.1, 0.0, 0.0, 0.1, 0.0, 0.2, 0.4]])[None, None]  # 2 window queries x 8 keys
+    view = view_of(torch.randn(1, 1, 8, 4), window_rows=rows, keep=4)
+    pr = SnapKV(window=2, kernel=3).priority(view)
+    summed = [0.3, 0.6, 0.0, 0.2, 0.1, 0.9]  # slots 6, 7 are the observation window: outside the pooling
+    expected = [max(summed[max(0, j - 1):j + 2]) for j in range(6)]
+    torch.testing.assert_close(pr.score[0, 0, :6], torch.tensor(expected))
+    assert pr.tier[0, 0].tolist() == [0] * 6 + [1, 1]
+    index, _ = select_slots(pr, view.valid, view.positions, view.keep)
+    assert index.tolist() == [[[4, 5, 6, 7]]]  # window + top-2 pooled (0.9 at 4 and 5)
+
+
+def test_local_strided_and_h2o_splits_by_hand():
+    view = view_of(torch.randn(1, 1, 20, 4), keep=8)
+    index, _ = select_slots(make_method("local_strided").priority(view), view.valid, view.positions, view.keep)
+    assert index.tolist() == [[[0, 4, 8, 12, 16, 17, 18, 19]]]  # window of 4 + stride ceil(16 / 4) = 4
+    cum = torch.tensor([5.0, 1, 9, 0, 7, 2, 3, 8, 4, 6, 0, 0])[None, None]
+    view = view_of(torch.randn(1, 1, 12, 4), keep=6)
+    view.stats = {"cum": cum}
+    index, _ = select_slots(make_method("h2o").priority(view), view.valid, view.positions, view.keep)
+    assert index.tolist() == [[[2, 4, 7, 9, 10, 11]]]  # the 3 heaviest older (9, 7, 8) + 3 recent
+
+
+def test_cab_v4_uniqueness_by_hand_on_three_keys():
+    keys = torch.tensor([[2.0, 0.0], [0.0, 1.0], [1.0, 1.0]])[None, None]
+    c = 1 / math.sqrt(2)  # cos(k0, k2) = cos(k1, k2); cos(k0, k1) = 0
+    uniq = key_uniqueness(keys, torch.ones(1, 3, dtype=torch.bool))
+    torch.testing.assert_close(uniq[0, 0], torch.tensor([1 - c / 2, 1 - c / 2, 1 - c]))
+    # magnitude min-max: norms 2, 1, sqrt 2 -> 1, 0, sqrt2 - 1; uniqueness min-max -> 1, 1, 0
+    score = CABV4(alpha=0.5).priority(view_of(keys)).score[0, 0]
+    torch.testing.assert_close(score, torch.tensor([1.0, 0.5, (math.sqrt(2) - 1) / 2]))
+
+
+def test_streaming_llm_keeps_exactly_sinks_and_recent_and_cache_shrinks(net):
+    ids, mask, _ = batch(T=20, pad=3)
+    state, _ = prefill(net, ids, mask)
+    before = [(layer.keys.clone(), layer.values.clone()) for layer in state.cache.layers]
+    dense_bytes = state.kv_bytes()
+    assert state.compress(StreamingLLM(n_sink=4), torch.tensor([10, 10]))
+    for i, layer in enumerate(state.cache.layers):
+        assert tuple(layer.keys.shape) == (2, 2, 10, 16) and tuple(layer.values.shape) == (2, 2, 10, 16)
+        assert state.positions[i][0, 0].tolist() == [0, 1, 2, 3, 11, 12, 13, 14, 15, 16]  # 17 tokens
+        assert state.positions[i][1, 1].tolist() == [0, 1, 2, 3, 14, 15, 16, 17, 18, 19]
+        slots = torch.tensor([0, 1, 2, 3, 14, 15, 16, 17, 18, 19])  # row 0: its tokens sit 3 slots later
+        assert torch.equal(layer.keys[1], before[i][0][1][:, slots])
+        assert torch.equal(layer.values[1], before[i][1][1][:, slots])
+        assert torch.equal(layer.keys[0], before[i][0][0][:, [3, 4, 5, 6, 14, 15, 16, 17, 18, 19]])
+    assert state.valid.all()
+    assert state.kv_bytes() == dense_bytes * 10 // 20
+    # a budget above a row's token count: that row keeps all its tokens plus one padding filler
+    state, _ = prefill(net, ids, mask)
+    state.compress(StreamingLLM(n_sink=4), torch.tensor([18, 18]))
+    assert state.valid[0].tolist() == [False] + [True] * 17 and state.valid[1].all()
+    assert state.positions[0][0, 0, 1:].tolist() == list(range(17))
+
+
+def test_budget_rounding():
+    n = torch.tensor([10, 512, 7])
+    assert budget(n, 0.7).tolist() == [3, 154, 3]  # ceil(0.3 * n) without float fuzz (0.3 * 10 = 3.0000000000000004)
+    assert budget(n, 0.0).tolist() == [10, 512, 7]
+    assert budget(n, budget_tokens=8).tolist() == [8, 8, 7]
+
+
+# ---- the mechanism end to end ----------------------------------------------------------------
+@pytest.mark.parametrize("method", EVICTING)
+def test_cache_tensors_shrink_to_budget_and_bytes_drop(net, method):
+    ids, mask, _ = batch(T=16, pad=0)
+    res = generate_with_eviction(net, ids, mask, method, sparsity=0.75, interval=1, max_new_tokens=5)
+    assert res.cache_lengths[0] == 16
+    for t in range(4):  # before the forward of step t: ceil(0.25 * seen) slots, then the new token
+        assert res.cache_lengths[t + 1] == math.ceil(0.25 * (16 + t)) + 1
+    per_token = res.kv_bytes[0] // 16
+    assert res.kv_bytes[1:] == [per_token * n for n in res.cache_lengths[1:]]
+    assert res.kv_bytes[-1] < 0.4 * res.dense_kv_bytes[-1]
+    # the tensors themselves, per layer, after one compression of a left-padded batch
+    ids, mask, _ = batch(T=16, pad=4)
+    m = make_method(method)
+    rec = AttentionRecorder(m.needs, m.window) if m.needs else None
+    state, _ = prefill(net, ids, mask, rec)
+    assert state.compress(m, budget(state.seen, 0.75), rec)
+    assert state.layer_shapes() == [(2, 2, 4, 16)] * 2  # ceil(.25 * 12) = 3 (+1 filler), ceil(.25 * 16) = 4
+    assert state.valid.tolist() == [[False, True, True, True], [True] * 4]
+    if rec is not None:
+        assert all(v.shape[-1] == 4 for i in range(2) for v in rec.stats(i).values())
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_sparsity_zero_reproduces_dense_exactly_for_every_method(attn):
+    net = tiny_llama(attn=attn)
+    ids, mask, ref = batch()
+    dense = generate_with_eviction(net, ids, mask, "dense", reference_continuation=ref)
+    greedy = generate_with_eviction(net, ids, mask, "dense", max_new_tokens=6)
+    torch.testing.assert_close(dense.nll, full_forward_nll(net, ids, mask, ref), atol=1e-5, rtol=1e-5)
+    for method in EVICTING:
+        res = generate_with_eviction(net, ids, mask, method, sparsity=0.0, interval=1, reference_continuation=ref)
+        assert torch.equal(res.nll, dense.nll), method
+        assert res.cache_lengths == dense.cache_lengths
+        gen = generate_with_eviction(net, ids, mask, method, sparsity=0.0, interval=2, max_new_tokens=6)
+        assert torch.equal(gen.tokens, greedy.tokens) and torch.equal(gen.nll, greedy.nll), method
+    assert net.config._attn_implementation == attn
+
+
+def test_gqa_batch_with_left_padding_equals_rows_alone(net):
+    ids, mask, ref = batch(T=20, pad=5)
+    for method in sorted(set(EVICTING) - {"random"}):  # random draws depend on the batch shape
+        both = generate_with_eviction(net, ids, mask, method, sparsity=0.5, interval=2, reference_continuation=ref)
+        short = generate_with_eviction(net, ids[:1, 5:], None, method, sparsity=0.5, interval=2,
+                                       reference_continuation=ref[:1])
+        full = generate_with_eviction(net, ids[1:], None, method, sparsity=0.5, interval=2,
+                                      reference_continuation=ref[1:])
+        torch.testing.assert_close(both.nll[0], short.nll[0], atol=1e-4, rtol=1e-4, msg=method)
+        torch.testing.assert_close(both.nll[1], full.nll[0], atol=1e-4, rtol=1e-4, msg=method)
+        assert both.keep.tolist() == [8, 10]
+
+
+def _masked_reference(net, ids, mask, ref, kept_by_head):
+    """Dense forward over context + continuation in which continuation queries see, of the context,
+    only the kept positions of their KV head (kept_by_head: (B, Hkv, T) bool over context slots)."""
+    B, T = ids.shape
+    L = T + ref.shape[1]
+    causal = torch.ones(L, L).tril().bool()
+    seen = torch.cat([mask, torch.ones_like(ref)], 1).bool()
+    allowed = (causal[None, None] & seen[:, None, None, :]).expand(B, 4, L, L).clone()
+    kept_q = kept_by_head.repeat_interleave(2, dim=1)  # query head h uses KV head h // 2
+    allowed[:, :, T:, :T] &= kept_q[:, :, None, :]
+    allowed |= torch.eye(L, dtype=torch.bool)  # padding queries: anything finite
+    bias = torch.zeros(B, 4, L, L).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    return full_forward_nll(net, ids, mask, ref, mask_4d=bias)
+
+
+def test_decoding_on_compressed_cache_equals_dense_run_with_evicted_keys_masked(net):
+    """Original RoPE positions: the compressed-cache run must equal ONE dense forward in which the
+    continuation cannot see the evicted context tokens (a check of the position bookkeeping)."""
+    ids, mask, ref = batch(T=20, pad=3)
+    res = generate_with_eviction(net, ids, mask, "streaming_llm", budget_tokens=8, interval=0,
+                                 reference_continuation=ref)
+    kept = torch.zeros(2, 2, 20, dtype=torch.bool)
+    kept[0, :, [3, 4, 5, 6, 16, 17, 18, 19]] = True  # 4 sinks + 4 recent, after 3 padding slots
+    kept[1, :, [0, 1, 2, 3, 16, 17, 18, 19]] = True
+    torch.testing.assert_close(res.nll, _masked_reference(net, ids, mask, ref, kept), atol=1e-4, rtol=1e-4)
+    # budget >= length: nothing is evicted and the run equals the plain dense forward
+    res = generate_with_eviction(net, ids, mask, "knorm", budget_tokens=20, interval=0, reference_continuation=ref)
+    torch.testing.assert_close(res.nll, full_forward_nll(net, ids, mask, ref), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["knorm", "tova"])
+def test_per_head_eviction_equals_dense_run_with_per_head_masks(method):
+    net = tiny_llama(layers=1, attn="eager")  # one layer: the kept sets are the whole story
+    ids, mask, ref = batch(T=20, pad=3)
+    res = generate_with_eviction(net, ids, mask, method, sparsity=0.6, interval=0, reference_continuation=ref)
+    m = make_method(method)
+    rec = AttentionRecorder(m.needs, m.window) if m.needs else None
+    state, _ = prefill(net, ids, mask, rec)
+    state.compress(m, budget(state.seen, 0.6), rec)
+    kept = torch.zeros(2, 2, 20, dtype=torch.bool)
+    slots = state.positions[0] + (20 - mask.sum(-1))[:, None, None]  # token position -> context slot
+    kept.scatter_(-1, slots, state.valid[:, None, :].expand_as(slots).clone())
+    assert kept.sum(-1).tolist() == [[7, 7], [8, 8]]
+    assert not torch.equal(kept[:, 0], kept[:, 1])  # the KV heads really keep different tokens
+    torch.testing.assert_close(res.nll, _masked_reference(net, ids, mask, ref, kept), atol=1e-4, rtol=1e-4)
+
+
+def test_rerotate_equals_dense_run_on_the_kept_tokens():
+    """One layer: re-rotated kept keys are exactly the keys of a fresh prefill of the kept tokens."""
+    net = tiny_llama(layers=1)
+    ids, _, ref = batch(T=20, pad=0)
+    res = generate_with_eviction(net, ids, None, "streaming_llm", budget_tokens=8, interval=0, rerotate=True,
+                                 reference_continuation=ref)
+    kept = ids[:, [0, 1, 2, 3, 16, 17, 18, 19]]
+    dense = full_forward_nll(net, kept, torch.ones_like(kept), ref)
+    torch.testing.assert_close(res.nll[:, 1:], dense[:, 1:], atol=1e-4, rtol=1e-4)
+    plain = generate_with_eviction(net, ids, None, "streaming_llm", budget_tokens=8, interval=0,
+                                   reference_continuation=ref)
+    assert not torch.allclose(plain.nll[:, 1:], res.nll[:, 1:])  # original positions differ from rerotated
+
+
+# ---- user errors -------------------------------------------------------------------------------
+def _one_line(err):
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+def test_bad_inputs_raise_one_line_config_errors(net):
+    from lightning_bench.models import MambaLM, ResNetBKLM
+
+    ids, mask, _ = batch(T=10, pad=0)
+    with pytest.raises(ConfigError) as err:
+        make_method("h3o")
+    assert "valid: cab, cab_v3, cab_v4, dense, h2o, knorm, local_strided, random, snapkv, streaming_llm, tova" \
+        in _one_line(err)
+    with pytest.raises(ConfigError) as err:
+        generate_with_eviction(net, ids, mask, "nope", sparsity=0.5, max_new_tokens=2)
+    assert "unknown sparsity method 'nope'" in _one_line(err)
+    for ratio in (1.0, -0.1, 1.5):
+        with pytest.raises(ConfigError) as err:
+            generate_with_eviction(net, ids, mask, "h2o", sparsity=ratio, max_new_tokens=2)
+        assert "[0, 1)" in _one_line(err)
+    with pytest.raises(ConfigError) as err:
+        generate_with_eviction(net, ids, mask, "h2o", budget_tokens=11, max_new_tokens=2)
+    assert "larger than the context" in _one_line(err)
+    with pytest.raises(ConfigError) as err:
+        generate_with_eviction(net, ids, mask, "h2o", max_new_tokens=2)
+    _one_line(err)
+    right_padded = mask.clone()
+    right_padded[0, -2:] = 0
+    with pytest.raises(ConfigError) as err:
+        generate_with_eviction(net, ids, right_padded, "h2o", sparsity=0.5, max_new_tokens=2)
+    assert "left" in _one_line(err)
+    with pytest.raises(ConfigError) as err:
+        make_method("snapkv", kernel=4)
+    _one_line(err)
+    for module in (MambaLM(d_model=16, n_layer=1, vocab_size=128), ResNetBKLM(d_model=16, n_layers=1, vocab_size=128)):
+        for target in (module, module.net):
+            with pytest.raises(ConfigError) as err:
+                generate_with_eviction(target, ids, mask, "h2o", sparsity=0.5, max_new_tokens=2)
+            assert "no KV cache" in _one_line(err)
