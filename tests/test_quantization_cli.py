@@ -29,3 +29,16 @@ def test_fit_then_test_low_bit(bits, ratio, tiny_corpus, capsys, tmp_path):
         assert record["model_size_mb"] == pytest.approx(size["total_mb"])
     assert test["parameters"] == fit["parameters"]  # logical counts, not packed storage
     assert test["metrics"]["ppl"] > 1 and "bitsandbytes" in test["meta"]["precision"]
+
+
+def test_optimizer_8bit_flag_trains(tiny_corpus, capsys, tmp_path):
+    from lightning_bench.cli import run_cli
+
+    data = ["--data", "text", "--data.path", str(tiny_corpus), "--data.seq_len", "16", "--data.batch_size", "8"]
+    cli = run_cli(["fit", *MODEL, *data, *QUIET, "--optimizer_8bit", "true", "--trainer.max_steps", "2",
+                   "--results_dir", "r"])
+    optimizer = cli.trainer.optimizers[0]
+    assert type(optimizer).__module__.startswith("bitsandbytes")
+    assert [g["weight_decay"] for g in optimizer.param_groups] == [0.1, 0.0]  # the shared groups
+    record = json.loads((tmp_path / "r" / "transformer_tiny_corpus_seq16_bits32.json").read_text())
+    assert record["global_steps"] == 2 and record["final_perplexity"] > 1
