@@ -96,6 +96,23 @@ def _check_inputs(input_ids, attention_mask):
     return mask
 
 
+def check_budget(method: Method, sparsity: Optional[float], budget_tokens: Optional[int]) -> Optional[float]:
+    """Check the budget arguments: exactly one of `sparsity` (a ratio in [0, 1)) and `budget_tokens` (a
+    positive token count), or neither for a method that never evicts. Returns the sparsity to use: the
+    given ratio, 0.0 for a non-evicting method given neither, None when `budget_tokens` is used."""
+    if sparsity is None and budget_tokens is None:
+        if method.evicts:
+            raise ConfigError(f"method {method.name!r} needs --sparsity.ratio or --sparsity.budget_tokens")
+        return 0.0
+    if sparsity is not None and budget_tokens is not None:
+        raise ConfigError("give either sparsity (a ratio) or budget_tokens (a token count), not both")
+    if sparsity is not None:
+        return check_sparsity(sparsity)
+    if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int) or budget_tokens < 1:
+        raise ConfigError(f"--sparsity.budget_tokens must be a positive integer, got {budget_tokens!r}")
+    return None
+
+
 @torch.no_grad()
 def prefill(net, input_ids: torch.Tensor, attention_mask: torch.Tensor,
             recorder: Optional[AttentionRecorder] = None) -> tuple[EvictionState, torch.Tensor]:
@@ -115,6 +132,24 @@ def prefill(net, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     if recorder is not None:
         recorder.query_valid = None
     return EvictionState(out.past_key_values, attention_mask, positions, group_size=group), out.logits[:, -1]
+
+
+@torch.no_grad()
+def extend(net, state: EvictionState, input_ids: torch.Tensor, recorder: Optional[AttentionRecorder] = None,
+           logits_to_keep: Union[int, torch.Tensor] = 0) -> torch.Tensor:
+    """Feed the next q tokens `input_ids` (B, q) of every row on the (compressed) cache of `state` and append
+    them to it: they attend to the cache and causally to each other, at the positions `state.next_inputs`
+    gives (true positions, or contiguous ones after a rerotation). Returns their logits (B, q', V), with
+    transformers' `logits_to_keep` (0 = all q; a 1-D tensor = those of the q positions).
+
+    The decoding step of `generate_with_eviction` (q = 1) and the chunk step of streaming evaluation."""
+    q = input_ids.shape[1]
+    mask, pos = state.next_inputs(q)
+    with capturing(net, recorder):
+        out = net(input_ids=input_ids, attention_mask=mask, position_ids=pos, past_key_values=state.cache,
+                  use_cache=True, logits_to_keep=logits_to_keep)
+    state.append(q)
+    return out.logits
 
 
 @torch.no_grad()
@@ -140,18 +175,9 @@ def generate_with_eviction(net, input_ids: torch.Tensor, attention_mask: Optiona
     net = resolve_network(net)
     method = make_method(method, **(method_params or {}))
     attention_mask = _check_inputs(input_ids, attention_mask)
-    if sparsity is None and budget_tokens is None:
-        if method.evicts:
-            raise ConfigError(f"method {method.name!r} needs --sparsity.ratio or --sparsity.budget_tokens")
-        sparsity = 0.0
-    if sparsity is not None and budget_tokens is not None:
-        raise ConfigError("give either sparsity (a ratio) or budget_tokens (a token count), not both")
-    if sparsity is not None:
-        check_sparsity(sparsity)
+    sparsity = check_budget(method, sparsity, budget_tokens)
     context = int(attention_mask.sum(-1).max())
     if budget_tokens is not None:
-        if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int) or budget_tokens < 1:
-            raise ConfigError(f"--sparsity.budget_tokens must be a positive integer, got {budget_tokens!r}")
         if budget_tokens > context:
             raise ConfigError(f"--sparsity.budget_tokens {budget_tokens} is larger than the context ({context} "
                               "tokens); lower it or use a longer context")
@@ -196,13 +222,7 @@ def generate_with_eviction(net, input_ids: torch.Tensor, attention_mask: Optiona
                 state.compress(method, keep, recorder, rerotate, inv_freq)
                 if keep0 is None:
                     keep0 = state.n_valid.clone()
-            mask, pos = state.next_inputs(1)
-            with capturing(net, recorder):
-                out = net(input_ids=tok[:, None], attention_mask=mask, position_ids=pos,
-                          past_key_values=state.cache, use_cache=True)
-            state.append(1)
-            logits = out.logits[:, -1]
-            del out
+            logits = extend(net, state, tok[:, None], recorder)[:, -1]
             cache_lengths.append(state.length)
             kv_bytes.append(state.kv_bytes())
             dense_bytes.append(per_token * (input_ids.shape[1] + t + 1))
