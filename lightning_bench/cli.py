@@ -58,6 +58,17 @@ class LightningBenchCLI(LightningCLI):
                             help="where the JSON record of the run is written")
         parser.add_argument("--wandb", type=bool, default=False,
                             help="log to Weights & Biases (offline unless you are logged in)")
+        # KV-cache eviction during validate/test/predict (`--sparsity h2o` = `--sparsity.method h2o`)
+        parser.add_argument("--sparsity.method", type=Optional[str], default=None,
+                            help="KV eviction method (lightning_bench.sparsity.METHODS); none = dense")
+        parser.add_argument("--sparsity.ratio", type=Optional[float], default=None, help="fraction evicted, [0, 1)")
+        parser.add_argument("--sparsity.budget_tokens", type=Optional[int], default=None,
+                            help="fixed cache budget instead of a ratio")
+        parser.add_argument("--sparsity.chunk_size", type=int, default=16,
+                            help="tokens fed per streaming step (1 = exact per-token streaming)")
+        parser.add_argument("--sparsity.interval", type=int, default=1, help="compress every N chunks")
+        parser.add_argument("--sparsity.rerotate", type=bool, default=False,
+                            help="re-rotate kept keys to contiguous RoPE positions")
         parser.add_argument("--optimizer_8bit", type=bool, default=False,
                             help="bitsandbytes AdamW8bit instead of torch AdamW (same groups and schedule)")
         parser.add_argument("--profile", type=bool, default=True,
@@ -99,6 +110,14 @@ class LightningBenchCLI(LightningCLI):
 
             trainer.callbacks.append(QuantizationCallback(cfg.bits))
         self.model.optimizer_8bit = cfg.optimizer_8bit
+        if cfg.sparsity.method is not None:
+            if self.subcommand == "fit":
+                raise ConfigError("--sparsity applies to validate/test/predict, not fit")
+            from lightning_bench.sparsity.callback import SparsityCallback
+
+            sp = cfg.sparsity
+            trainer.callbacks.append(SparsityCallback(sp.method, sp.ratio, sp.budget_tokens, sp.chunk_size,
+                                                      sp.interval, sp.rerotate))
         if cfg.profile:
             from lightning_bench.profiling import ProfilingCallback
 
@@ -126,6 +145,14 @@ def expand_aliases(argv: list[str]) -> list[str]:
     while i < len(argv):
         arg = argv[i]
         key, value, consumed = None, None, 1
+        if arg == "--sparsity" and i + 1 < len(argv):
+            out += ["--sparsity.method", argv[i + 1]]
+            i += 2
+            continue
+        if arg.startswith("--sparsity="):
+            out += ["--sparsity.method", arg.split("=", 1)[1]]
+            i += 1
+            continue
         for flag in ("--model", "--data"):
             if arg == flag and i + 1 < len(argv):
                 key, value, consumed = flag, argv[i + 1], 2
@@ -163,6 +190,9 @@ EXTRA_COMMANDS: dict[str, Callable[[list[str]], int]] = {
     # imported when called: it drives run_cli itself (and keeps `lightning_bench fit` start-up light)
     "multi_dataset": lambda argv: __import__("lightning_bench.experiments.multi_dataset",
                                              fromlist=["multi_dataset"]).multi_dataset(argv),
+    "generation": lambda argv: __import__("lightning_bench.experiments.generation",
+                                          fromlist=["generation"]).generation(argv),
+    "sweep": lambda argv: __import__("lightning_bench.experiments.sweep", fromlist=["sweep"]).sweep(argv),
 }
 
 

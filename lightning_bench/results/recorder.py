@@ -50,6 +50,15 @@ def model_size(trainer, pl_module) -> dict:
     return {"model_size_mb": size_breakdown(pl_module.net)["total_mb"]}
 
 
+def sparsity_summary(trainer) -> dict | None:
+    from lightning_bench.sparsity.callback import SparsityCallback
+
+    for callback in trainer.callbacks:
+        if isinstance(callback, SparsityCallback):
+            return callback.summary()
+    return None
+
+
 def profiling_summary(trainer) -> dict:
     """The ProfilingCallback's figures, or at least the peak memory when profiling is off."""
     from lightning_bench.profiling import ProfilingCallback, peak_memory
@@ -188,7 +197,13 @@ class ResultsRecorder(L.Callback):
             "meta": run_meta(seed=self.seed, datamodule=dm, precision_note=self.precision_note,
                              protocol=dm.protocol(split) if split and hasattr(dm, "protocol") else None),
         }
+        sparsity = sparsity_summary(trainer)
+        if sparsity:
+            record["sparsity"] = sparsity
         suffix = "" if stage == "fit" else f"_{stage}"
+        if sparsity:  # one file per method and level, next to the dense record
+            level = sparsity["ratio"] if sparsity.get("ratio") is not None else f"b{sparsity.get('budget_tokens')}"
+            suffix += f"_{sparsity['method']}_s{level}"
         name = f"{run_name(pl_module, dm, self.bits)}{suffix}.json"
         if trainer.is_global_zero:
             self.written[stage] = write_json_atomic(self.results_dir / name, record)
