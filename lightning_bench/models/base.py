@@ -89,7 +89,14 @@ class LanguageModule(L.LightningModule):
             dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
             if dm is None or getattr(dm, "tokenizer", None) is None:
                 raise ConfigError("the model's vocabulary comes from the data; run it with an LMDataModule")
-            self.net = self.build_network(dm.vocab_size)
+            self.build(dm.vocab_size)
+
+    def build(self, vocab_size: int) -> None:
+        """Build the network; a random-init family saves its vocabulary in hparams, so checkpoints
+        (load_from_checkpoint) rebuild the same shapes."""
+        if "vocab_size" in self.hparams:
+            self.hparams.vocab_size = vocab_size
+        self.net = self.build_network(vocab_size)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.lm_forward(input_ids).logits

@@ -48,13 +48,12 @@ class MambaLM(LanguageModule):
             raise ConfigError(f"--model.scan_impl must be 'parallel' or 'transformers', got {scan_impl!r}")
         self.save_hyperparameters()
         if vocab_size is not None:
-            self.net = self.build_network(vocab_size)
+            self.build(vocab_size)
 
     def build_network(self, vocab_size: int) -> nn.Module:
         from transformers import MambaConfig, MambaForCausalLM
 
         hp = self.hparams
-        self.hparams.vocab_size = vocab_size  # saved in checkpoints, so load_from_checkpoint can rebuild
         config = MambaConfig(vocab_size=vocab_size, hidden_size=hp.d_model, num_hidden_layers=hp.n_layer,
                              state_size=hp.d_state, conv_kernel=hp.d_conv, expand=hp.expand,
                              tie_word_embeddings=hp.tie_embeddings, bos_token_id=None, eos_token_id=None,

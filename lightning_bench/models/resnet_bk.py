@@ -53,7 +53,7 @@ class ResNetBKLM(LanguageModule):
         # validate the sizes now, before a Trainer and the data are set up (the vocabulary may come later)
         self._config(vocab_size if vocab_size is not None else 1)
         if vocab_size is not None:
-            self.net = self.build_network(vocab_size)
+            self.build(vocab_size)
 
     def _config(self, vocab_size: int) -> BKConfig:
         hp = self.hparams
@@ -68,7 +68,6 @@ class ResNetBKLM(LanguageModule):
 
     def build_network(self, vocab_size: int) -> nn.Module:
         config = self._config(vocab_size)
-        self.hparams.vocab_size = vocab_size  # saved in checkpoints, so load_from_checkpoint can rebuild
         return ResNetBKNet(config)
 
     @property

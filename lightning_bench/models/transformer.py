@@ -43,13 +43,12 @@ class TransformerLM(LanguageModule):
             raise ConfigError(f"d_model {d_model} must be divisible by n_head {n_head}")
         self.save_hyperparameters()
         if vocab_size is not None:
-            self.net = self.build_network(vocab_size)
+            self.build(vocab_size)
 
     def build_network(self, vocab_size: int) -> nn.Module:
         from transformers import LlamaConfig, LlamaForCausalLM
 
         hp = self.hparams
-        self.hparams.vocab_size = vocab_size  # saved in checkpoints, so load_from_checkpoint can rebuild
         d_ff = hp.d_ff or 64 * -(-int(8 * hp.d_model / 3) // 64)
         config = LlamaConfig(vocab_size=vocab_size, hidden_size=hp.d_model, intermediate_size=d_ff,
                              num_hidden_layers=hp.n_layer, num_attention_heads=hp.n_head,
