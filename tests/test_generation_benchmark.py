@@ -20,14 +20,6 @@ METRICS = ("nll", "ppl", "decode_tokens_per_s", "tokens_per_s", "seconds", "pref
            "dense_kv_bytes_peak", "kv_fraction")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls on a shared machine
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM

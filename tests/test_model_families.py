@@ -24,15 +24,6 @@ TINY = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _single_thread():
-    """Tiny tensors: intra-op threads only add barrier waits on a shared, busy machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def fit_args(corpus, model_args, *extra, steps=4, seq_len=16):
     return ["fit", *model_args, "--data", "text", "--data.path", str(corpus), "--data.seq_len", str(seq_len),
             "--data.batch_size", "8", "--trainer.max_steps", str(steps), *QUIET, "--results_dir", "r", *extra]

@@ -14,15 +14,6 @@ from lightning_bench.sparsity.methods import TOVA, CABV4, KNorm, SnapKV, Streami
 EVICTING = sorted(m for m in METHODS if m != "dense")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # tiny matmuls: thread start-up dominates, and the machine may be shared
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def tiny_llama(layers=2, seed=0, attn="sdpa"):
     from transformers import LlamaConfig, LlamaForCausalLM
 

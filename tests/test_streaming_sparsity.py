@@ -22,14 +22,6 @@ EVICTING = sorted(m for m in METHODS if m != "dense")
 PRESETS = sorted((Path(__file__).resolve().parent.parent / "configs" / "perplexity").glob("*.yaml"))
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()  # tiny matmuls: thread start-up dominates, and the machine may be shared
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def net():
     return tiny_llama()
