@@ -124,6 +124,14 @@ class LightningBenchCLI(LightningCLI):
             if cfg.flop_counter not in ("torch", "fvcore"):
                 raise unknown_name("flop counter", cfg.flop_counter, ["torch", "fvcore"])
             trainer.callbacks.append(ProfilingCallback(counter=cfg.flop_counter))
+        if self._downstream:
+            from lightning_bench.results.downstream import DownstreamRecorder
+
+            if self.subcommand not in ("fit", "test"):
+                raise ConfigError(f"--task runs with `fit` (fine-tuning) or `test` (prompted scoring), "
+                                  f"not `{self.subcommand}`")
+            trainer.callbacks.append(DownstreamRecorder(cfg.results_dir, cfg.bits, config, seed, note))
+            return trainer
         trainer.callbacks.append(ResultsRecorder(cfg.results_dir, cfg.bits, config, seed, note))
         if self.subcommand == "predict":
             from lightning_bench.results.predictions import TokenNLLWriter
@@ -131,17 +139,42 @@ class LightningBenchCLI(LightningCLI):
             trainer.callbacks.append(TokenNLLWriter(Path(cfg.results_dir) / f"{name}_predict.pt"))
         return trainer
 
+    @property
+    def _downstream(self) -> bool:
+        from lightning_bench.data.downstream import DownstreamDataModule
+
+        return isinstance(self.datamodule, DownstreamDataModule)
+
     def after_fit(self) -> None:
         from lightning_bench.results.recorder import ResultsRecorder
 
+        if self._downstream:  # the fine-tuning protocol ends by scoring the trained head on the test split
+            if not self.trainer.interrupted:
+                self.trainer.test(self.model, datamodule=self.datamodule)
+            return
         for callback in self.trainer.callbacks:
             if isinstance(callback, ResultsRecorder):
                 callback.finish_fit(self.trainer, self.model)
 
 
+DOWNSTREAM_DATA = "lightning_bench.data.DownstreamDataModule"
+
+
 def expand_aliases(argv: list[str]) -> list[str]:
-    """`--model transformer` -> class path; `--data ptb` -> `--data.source ptb` (LMDataModule)."""
+    """`--model transformer` -> class path; `--data ptb` -> `--data.source ptb` (LMDataModule);
+    `--task glue/sst2` (repeatable, or comma-separated) -> the DownstreamDataModule with those tasks."""
+    argv, tasks = _take_tasks(argv)
     out, i = [], 0
+    if tasks:
+        # the data class must follow the configs (which may name another DataModule) and precede any
+        # --data.* option: it goes after the last --config, else right after the subcommand
+        head = 1 if argv and not argv[0].startswith("-") else 0
+        for j, arg in enumerate(argv):
+            if arg == "--config":
+                head = j + 2
+            elif arg.startswith("--config="):
+                head = j + 1
+        out, argv = [*argv[:head], "--data", DOWNSTREAM_DATA, "--data.tasks", ",".join(tasks)], argv[head:]
     while i < len(argv):
         arg = argv[i]
         key, value, consumed = None, None, 1
@@ -177,10 +210,30 @@ def expand_aliases(argv: list[str]) -> list[str]:
     return out
 
 
+def _take_tasks(argv: list[str]) -> tuple[list[str], list[str]]:
+    rest, tasks, i = [], [], 0
+    while i < len(argv):
+        if argv[i] == "--task" and i + 1 < len(argv):
+            tasks.append(argv[i + 1])
+            i += 2
+        elif argv[i].startswith("--task="):
+            tasks.append(argv[i].split("=", 1)[1])
+            i += 1
+        else:
+            rest.append(argv[i])
+            i += 1
+    if tasks:
+        from lightning_bench.data.tasks import expand_tasks
+
+        expand_tasks(",".join(tasks))  # unknown names fail here, in one line, before anything loads
+    return rest, tasks
+
+
 def list_aliases(argv: list[str]) -> int:
     """`lightning_bench aliases`: what --model and --data accept."""
     print("models: " + ", ".join(f"{k} ({v})" for k, v in sorted(MODEL_ALIASES.items())))
     print("data:   " + ", ".join(DATA_ALIASES))
+    print("task:   glue, superglue, squad, squad_v2, mmlu, or one task: glue/sst2, superglue/boolq, mmlu/anatomy, ...")
     return 0
 
 

@@ -3,6 +3,9 @@
 A subclass builds its network in `build_network(vocab_size)` and maps token ids to logits in
 `lm_forward`. The network is built in `configure_model`, after the DataModule is set up, so a
 randomly initialised model takes its vocabulary size from the tokenizer the data actually uses.
+
+Fine-tuning (a DataModule with `finetune_num_labels`, batches with kind "classification") adds a
+`task_head` on the last real token's final hidden state; see models/sequence_head.py.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from torchmetrics import SumMetric
 
 from lightning_bench.errors import ConfigError
 from lightning_bench.evaluation.windows import IGNORE_INDEX
+from lightning_bench.models.sequence_head import SequenceHead, last_token_pool
 
 EVAL_STAGES = ("val", "test")
+PROMPTED_KINDS = ("loglikelihood", "next_token", "generate")
 
 
 @dataclass
@@ -49,6 +54,7 @@ class LanguageModule(L.LightningModule):
         super().__init__()
         self.aux_loss_weight = aux_loss_weight  # stored here: subclasses' save_hyperparameters() may omit it
         self.net: Optional[nn.Module] = None
+        self.task_head: Optional[SequenceHead] = None  # built in configure_model for fine-tuning runs
         # evaluation sums are kept in float64: a split has ~1e5-1e6 tokens of ~1-10 nats each
         self.eval_nll = nn.ModuleDict({s: SumMetric().set_dtype(torch.float64) for s in EVAL_STAGES})
         self.eval_tokens = nn.ModuleDict({s: SumMetric().set_dtype(torch.float64) for s in EVAL_STAGES})
@@ -66,6 +72,21 @@ class LanguageModule(L.LightningModule):
         """
         keep = 0 if logits_to_keep is None else logits_to_keep  # transformers: 0 = all positions
         return LMOutput(self.net(input_ids=input_ids, use_cache=False, logits_to_keep=keep).logits)
+
+    def hidden_states(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Final (normed) hidden states (B, T, d): the output head's input. Default: a transformers
+        *ForCausalLM, whose base model ends with the final norm."""
+        return self.net.base_model(input_ids=input_ids, attention_mask=attention_mask,
+                                   use_cache=False).last_hidden_state
+
+    @property
+    def hidden_size(self) -> int:
+        return self.net.config.hidden_size  # transformers configs map it for every architecture
+
+    def sequence_representation(self, batch: dict) -> torch.Tensor:
+        """(B, d): the final hidden state of each row's last real token."""
+        mask = batch["attention_mask"]
+        return last_token_pool(self.hidden_states(batch["input_ids"], mask), mask)
 
     @property
     def max_seq_len(self) -> Optional[int]:
@@ -85,11 +106,21 @@ class LanguageModule(L.LightningModule):
                               f"{limit}; lower --data.seq_len")
 
     def configure_model(self) -> None:
+        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if self.net is None:
-            dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
             if dm is None or getattr(dm, "tokenizer", None) is None:
                 raise ConfigError("the model's vocabulary comes from the data; run it with an LMDataModule")
             self.build(dm.vocab_size)
+        # built before Lightning restores a checkpoint's state dict, so a fine-tuned head is restored too
+        num_labels = getattr(dm, "finetune_num_labels", None)
+        if num_labels is not None and self.task_head is None:
+            self.task_head = SequenceHead(self.hidden_size, num_labels)
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        # load_from_checkpoint has no DataModule to read finetune_num_labels from: the head's shape is in its weights
+        weight = checkpoint["state_dict"].get("task_head.proj.weight")
+        if weight is not None and self.task_head is None:
+            self.task_head = SequenceHead(weight.shape[1], weight.shape[0])
 
     def build(self, vocab_size: int) -> None:
         """Build the network; a random-init family saves its vocabulary in hparams, so checkpoints
@@ -103,6 +134,9 @@ class LanguageModule(L.LightningModule):
 
     # ---- training -------------------------------------------------------------------------
     def training_step(self, batch, batch_idx):
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"])
+        if batch.get("kind") == "classification":
+            return self._sequence_step(batch, "train")
         out = self.lm_forward(batch["input_ids"])
         ce = F.cross_entropy(out.logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=IGNORE_INDEX)
         self.log("train/loss", ce, prog_bar=True)
@@ -111,7 +145,6 @@ class LanguageModule(L.LightningModule):
         if out.aux_loss is not None:
             self.log("train/aux_loss", out.aux_loss)
             loss = ce + self.aux_loss_weight * out.aux_loss
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"])
         return {"loss": loss, "ce": ce.detach()}
 
     # ---- evaluation: sum NLL over scored tokens, turn into every unit at the end ---------------
@@ -130,10 +163,41 @@ class LanguageModule(L.LightningModule):
         self.eval_tokens[stage].update((labels != IGNORE_INDEX).sum().double())
 
     def validation_step(self, batch, batch_idx):
+        if batch.get("kind") == "classification":
+            return self._sequence_step(batch, "val")
         self._eval_step(batch, "val")
 
     def test_step(self, batch, batch_idx):
+        if batch.get("kind") == "classification":
+            return self._sequence_step(batch, "test")
+        if batch.get("kind") in PROMPTED_KINDS:  # downstream prompted scoring (evaluation/prompted.py)
+            from lightning_bench.evaluation.prompted import score_batch
+
+            dm = self.trainer.datamodule
+            return score_batch(self, batch, dm.generation_settings(batch) if batch["kind"] == "generate" else None)
         self._eval_step(batch, "test")
+
+    # ---- fine-tuning: the task head on the sequence representation --------------------------
+    def _sequence_step(self, batch, stage: str) -> dict:
+        """Head loss and metrics; evaluation returns each row's prediction for callbacks to collect."""
+        if self.task_head is None:
+            raise ConfigError("a classification batch reached a model without a task head: the DataModule "
+                              "must set finetune_num_labels")
+        head, targets = self.task_head, batch["targets"]
+        logits = head(self.sequence_representation(batch))
+        loss = head.loss(logits, targets)
+        predictions = head.predictions(logits.detach())
+        # epoch metrics are means weighted by the explicit batch size (exact with a short last batch),
+        # over every rank's rows in evaluation
+        log = {"batch_size": len(targets), "sync_dist": stage != "train"}
+        self.log(f"{stage}/loss", loss, prog_bar=stage == "train", **log)
+        if not head.regression:
+            self.log(f"{stage}/accuracy", (predictions == targets).float().mean(), **log)
+        elif stage != "train":
+            self.log(f"{stage}/mse", loss, **log)
+        if stage == "train":
+            return {"loss": loss}
+        return {"row_index": batch["row_index"].cpu(), "predictions": predictions.cpu()}
 
     def predict_step(self, batch, batch_idx):
         """Per-token NLL of each window (context positions are NaN)."""
@@ -143,6 +207,8 @@ class LanguageModule(L.LightningModule):
         return nll.masked_fill(batch["labels"] == IGNORE_INDEX, float("nan"))
 
     def _eval_epoch_end(self, stage: str):
+        if not self.eval_tokens[stage].update_called:  # no LM batch (e.g. fine-tuning): nothing to report
+            return
         nll, tokens = float(self.eval_nll[stage].compute()), float(self.eval_tokens[stage].compute())
         self.eval_nll[stage].reset(), self.eval_tokens[stage].reset()
         if self.trainer.sanity_checking or tokens == 0:

@@ -85,4 +85,4 @@ class HFLanguageModel(LanguageModule):
         if vocab_size > net.get_input_embeddings().num_embeddings:
             raise ConfigError(f"the data's tokenizer has {vocab_size} tokens but the model only "
                               f"{net.get_input_embeddings().num_embeddings}; use --data.tokenizer auto")
-        return net
+        return net.train()  # from_pretrained returns eval mode; Lightning switches modes per stage from here

@@ -77,3 +77,12 @@ class ResNetBKLM(LanguageModule):
     def lm_forward(self, input_ids, logits_to_keep=None) -> LMOutput:
         logits, aux_loss = self.net(input_ids)
         return LMOutput(logits if logits_to_keep is None else logits[:, logits_to_keep], aux_loss)
+
+    def hidden_states(self, input_ids, attention_mask=None):
+        # the net is causal, so right padding never reaches a real token: it needs no mask. The router's
+        # aux loss is dropped: fine-tuning trains on the task loss alone, as for every family
+        return self.net.hidden_states(input_ids)[0]
+
+    @property
+    def hidden_size(self) -> int:
+        return self.net.config.d_model

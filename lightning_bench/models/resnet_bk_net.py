@@ -239,6 +239,11 @@ class ResNetBKNet(nn.Module):
                 nn.init.zeros_(module.bias)
 
     def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden, aux = self.hidden_states(input_ids)
+        return self.lm_head(hidden), aux
+
+    def hidden_states(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(hidden (B, N, d) after the final LayerNorm, i.e. the lm_head's input, aux_loss)``."""
         if input_ids.dim() != 2:
             raise ValueError(
                 f"input_ids must be (batch, seq_len), got shape {tuple(input_ids.shape)}"
@@ -257,7 +262,7 @@ class ResNetBKNet(nn.Module):
         for block in self.blocks:
             h, layer_aux = block(h)
             aux = aux + layer_aux
-        return self.lm_head(self.final_norm(h)), aux
+        return self.final_norm(h), aux
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
         """Parameter count; ``exclude_embeddings`` drops the token and position tables

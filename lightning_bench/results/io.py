@@ -24,12 +24,16 @@ def _jsonable(value):
 
 
 def write_json_atomic(path: str | Path, record: dict) -> Path:
+    return write_text_atomic(path, json.dumps(_jsonable(record), indent=2))
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(_jsonable(record), f, indent=2)
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

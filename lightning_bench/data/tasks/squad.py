@@ -1,0 +1,73 @@
+"""SQuAD v1.1 / v2.0 from the official JSON: {"version", "data": [{"title", "paragraphs": [{"context",
+"qas": [{"id", "question", "answers": [{"text", "answer_start"}], "is_impossible" (v2.0 only),
+"plausible_answers" (v2.0, unanswerable questions only)}]}]}]}.
+
+Also read: the HF flat rows `datasets` gives for rajpurkar/squad(_v2) ({"id", "title", "context", "question",
+"answers": {"text": [...], "answer_start": [...]}}), as JSON lines or as {"data": [rows]} (the
+transformers test fixture). Rows: id, title ("" when the file has none), context, question, answers
+(the gold texts in file order, duplicates kept as the hub keeps them; [] = unanswerable).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lightning_bench.data.tasks.files import json_lines, no_rows, read_text
+from lightning_bench.errors import ConfigError
+
+EXPECTED = ('a SQuAD JSON file ({"data": [{"title", "paragraphs": [{"context", "qas": [...]}]}]}) '
+            "or HF-style rows with id, context, question, answers")
+
+
+def read(task: str, paths: list[Path]) -> list[dict]:
+    rows = []
+    for path in paths:
+        rows += from_rows(task, _file_rows(task, path), str(path))
+    return rows
+
+
+def from_hub(task: str, split: str, rows: list[dict]) -> list[dict]:
+    return from_rows(task, rows, f"hub split {split!r}")
+
+
+def from_rows(task: str, rows: list[dict], source: str) -> list[dict]:
+    out = []
+    for article in rows:
+        if "paragraphs" in article:  # official nested format
+            out += [_row(task, source, qa | {"title": article.get("title", ""), "context": p["context"]})
+                    for p in article["paragraphs"] for qa in p["qas"]]
+        else:
+            out.append(_row(task, source, article))
+    return out
+
+
+def _file_rows(task: str, path: Path) -> list[dict]:
+    text = read_text(task, path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = None  # maybe JSON lines
+    if isinstance(data, dict):
+        if not isinstance(data.get("data"), list):
+            raise ConfigError(f"{task}: {path} is not {EXPECTED}; pass the file with --data.paths")
+        rows = data["data"]
+    else:
+        rows = json_lines(task, path, text, EXPECTED)
+    if not rows:
+        raise no_rows(task, path)
+    return rows
+
+
+def _row(task: str, source: str, qa: dict) -> dict:
+    if not all(k in qa for k in ("id", "context", "question", "answers")):
+        raise ConfigError(f"{task}: {source} is not {EXPECTED}; pass the file with --data.paths")
+    answers = qa["answers"]
+    texts = list(answers["text"]) if isinstance(answers, dict) else [a["text"] for a in answers]
+    if qa.get("is_impossible"):
+        texts = []
+    if not texts and task == "squad":
+        raise ConfigError(f"{task}: {source} question {qa['id']} has no answer; every SQuAD v1.1 question has one "
+                          "(unanswerable questions belong to squad_v2)")
+    return {"id": str(qa["id"]), "title": qa.get("title", ""), "context": qa["context"],
+            "question": qa["question"], "answers": texts}

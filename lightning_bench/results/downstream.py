@@ -1,0 +1,151 @@
+"""DownstreamRecorder: turns a downstream test run into `{results_dir}/{model}_downstream.json`.
+
+One file per model (and bits / sparsity setting / protocol), in the reference shape
+({"glue": {"cola": ..., "average": ...}, "squad": {...}, "mmlu": {"accuracy", "subject_scores", ...}})
+with the full metrics, sample counts, protocol and the run that produced each benchmark. A later run
+of other tasks adds to the file (a re-run task replaces its old entry; averages are recomputed).
+Per-sample predictions go to `{model}_downstream.samples.jsonl` beside it, merged the same way.
+Both files are replaced atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Optional
+
+import lightning as L
+
+from lightning_bench.evaluation.task_scoring import merge_results, score_finetuned, score_prompted
+from lightning_bench.results.io import read_json, write_json_atomic, write_text_atomic
+from lightning_bench.results.meta import run_meta
+from lightning_bench.results.recorder import model_size, sparsity_summary
+
+NON_BENCHMARK_KEYS = ("model", "runs", "note")
+SCORING_RULES = {
+    "multiple_choice": "prediction = argmax of the summed log-likelihood of each choice (acc); acc_norm divides "
+                       "by the choice's length in characters (lm-evaluation-harness)",
+    "stsb": "probability-weighted score over the choices ' 0'..' 5'",
+    "generation": "greedy, cut at the stop string; SQuAD v2: the no-answer string -> '', no-answer probability "
+                  "= that of its first token at the first step",
+    "tokenization": "continuation = encode(context + choice) after its common prefix with encode(context); "
+                    "no BOS added; prompts longer than max_length lose tokens from the left",
+}
+
+
+def record_stem(pl_module, bits: int, sparsity: Optional[dict], protocol: str) -> str:
+    stem = pl_module.model_name + (f"_bits{bits}" if bits != 32 else "")
+    if sparsity:
+        level = sparsity["ratio"] if sparsity.get("ratio") is not None else f"b{sparsity.get('budget_tokens')}"
+        stem += f"_{sparsity['method']}_s{level}"
+    return stem + ("_finetune" if protocol == "finetune" else "")
+
+
+class DownstreamRecorder(L.Callback):
+    def __init__(self, results_dir: str = "benchmark_results", bits: int = 32, config: Optional[dict] = None,
+                 seed: Optional[int] = None, precision_note: Optional[str] = None):
+        self.results_dir, self.bits, self.config = Path(results_dir), bits, config or {}
+        self.seed, self.precision_note = seed, precision_note
+        self.outputs: list[dict] = []
+        self.written: Optional[Path] = None
+        self.fit_summary: dict = {}
+
+    # ---- fine-tuning: remember how the head was trained ---------------------------------------
+    def on_train_start(self, trainer, pl_module):
+        self._fit_t0 = time.perf_counter()
+
+    def on_train_end(self, trainer, pl_module):
+        logged = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("val/", "train/"))}
+        self.fit_summary = {"epochs": trainer.current_epoch, "global_steps": trainer.global_step,
+                            "training_time": time.perf_counter() - self._fit_t0, "last_logged": logged}
+
+    # ---- test ------------------------------------------------------------------------------------
+    def on_test_start(self, trainer, pl_module):
+        self.outputs, self._t0 = [], time.perf_counter()
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        if outputs is not None:
+            self.outputs.append(outputs)
+
+    def on_test_end(self, trainer, pl_module):
+        if trainer.interrupted or not trainer.is_global_zero:
+            return
+        dm = trainer.datamodule
+        seconds = time.perf_counter() - self._t0
+        if dm.active_protocol == "finetune":
+            task = dm.task_names[0]
+            rows = dm.finetune["test"]
+            predictions = {}
+            for out in self.outputs:
+                predictions.update(zip(out["row_index"].tolist(), out["predictions"].tolist()))
+            results = score_finetuned(task, rows, predictions)
+            samples = [{"task": task, "id": r["id"], "prediction": predictions[i], "label": r["label"]}
+                       for i, r in enumerate(rows)]
+            protocol = self._finetune_protocol(dm, pl_module)
+        else:
+            results, samples = score_prompted(dm.requests, self.outputs)
+            protocol = self._prompted_protocol(dm)
+        sparsity = sparsity_summary(trainer)
+        run = {"protocol": protocol, "eval_time": seconds, **model_size(trainer, pl_module),
+               "parameters": pl_module.parameter_counts(),
+               "meta": run_meta(seed=self.seed, datamodule=dm, precision_note=self.precision_note),
+               "config": self.config}
+        if sparsity:
+            run["sparsity"] = sparsity
+        run_id = f"{run['meta']['created_utc']}-{os.getpid()}"
+        for benchmark, entry in results.items():
+            holder = entry["tasks"].values() if "tasks" in entry else [entry]
+            for item in holder:  # each task (GLUE/SuperGLUE) or benchmark names the run that produced it
+                item["run"] = run_id
+        stem = record_stem(pl_module, self.bits, sparsity, dm.active_protocol)
+        self.written = self._write(stem, results, samples, pl_module.model_name, run_id, run)
+        print(f"lightning_bench: wrote {self.written}")
+
+    def _prompted_protocol(self, dm) -> dict:
+        from lightning_bench.evaluation.prompts import PROMPT_VERSIONS
+
+        hp = dm.hparams
+        return {"name": "prompted", "num_fewshot": hp.num_fewshot, "fewshot_seed": hp.fewshot_seed,
+                "max_samples": hp.max_samples, "max_length": dm.seq_len, "max_new_tokens": hp.max_new_tokens,
+                "prompt_versions": {t: PROMPT_VERSIONS.get(t, PROMPT_VERSIONS.get(t.split("/")[0]))
+                                    for t in dm.task_names},
+                "scoring": SCORING_RULES}
+
+    def _finetune_protocol(self, dm, pl_module) -> dict:
+        hp = pl_module.hparams
+        return {"name": "finetune", "task": dm.task_names[0], "split_rule": dm.split_rule,
+                "split_sizes": {k: len(v) for k, v in dm.finetune.items()},
+                "head": "dropout + linear on the last real token's final hidden state; cross-entropy "
+                        "(classification) or MSE (regression); the whole network is trained",
+                "optimizer": {"name": "AdamW", "learning_rate": hp.get("learning_rate"),
+                              "weight_decay": hp.get("weight_decay"), "warmup_steps": hp.get("warmup_steps")},
+                "batch_size": dm.hparams.batch_size, "max_length": dm.seq_len, "training": self.fit_summary}
+
+    def _write(self, stem: str, results: dict, samples: list[dict], model_name: str, run_id: str,
+               run: dict) -> Path:
+        path = self.results_dir / f"{stem}_downstream.json"
+        old = read_json(path) if path.exists() else {}
+        benchmarks = merge_results({k: v for k, v in old.items() if k not in NON_BENCHMARK_KEYS}, results)
+        runs = {**old.get("runs", {}), run_id: run}
+        used = set(_run_ids(benchmarks))  # runs whose every result was replaced are dropped
+        record = {"model": model_name, **benchmarks,
+                  "runs": {k: v for k, v in runs.items() if k in used},
+                  "note": "GLUE/SuperGLUE/MMLU scores are fractions in [0, 1]; SQuAD scores are percentages "
+                          "(the official scripts' scale). Each result's `run` names the entry of `runs` "
+                          "(protocol, data provenance, versions, config) that produced it."}
+        samples_path = self.results_dir / f"{stem}_downstream.samples.jsonl"
+        tasks = {s["task"] for s in samples}
+        kept = []
+        if samples_path.exists():
+            kept = [line for line in samples_path.read_text().splitlines()
+                    if line.strip() and json.loads(line)["task"] not in tasks]
+        write_text_atomic(samples_path, "\n".join(kept + [json.dumps(s) for s in samples]) + "\n")
+        return write_json_atomic(path, record)
+
+
+def _run_ids(benchmarks: dict):
+    for entry in benchmarks.values():
+        for item in (entry["tasks"].values() if "tasks" in entry else [entry]):
+            yield item["run"]
