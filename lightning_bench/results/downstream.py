@@ -11,8 +11,8 @@ Both files are replaced atomically.
 from __future__ import annotations
 
 import json
-import os
 import time
+import uuid
 from pathlib import Path
 from typing import Optional
 
@@ -94,7 +94,7 @@ class DownstreamRecorder(L.Callback):
                "config": self.config}
         if sparsity:
             run["sparsity"] = sparsity
-        run_id = f"{run['meta']['created_utc']}-{os.getpid()}"
+        run_id = f"{run['meta']['created_utc']}-{uuid.uuid4().hex[:8]}"
         for benchmark, entry in results.items():
             holder = entry["tasks"].values() if "tasks" in entry else [entry]
             for item in holder:  # each task (GLUE/SuperGLUE) or benchmark names the run that produced it

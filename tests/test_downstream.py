@@ -1,0 +1,202 @@
+"""Downstream protocols end to end: prompted scoring (`test --task`) and fine-tuning (`fit --task`).
+
+The scores the library writes are checked against log-probabilities computed here by hand from a
+plain forward of the same network, so a wrong offset, a misaligned label or a mixed-up choice fails.
+"""
+
+import json
+import shutil
+import types
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lightning_bench.data.tokenization import build_tokenizer, offline_gpt2_folder
+from lightning_bench.evaluation import prompted
+from lightning_bench.models import HFLanguageModel
+from tests.conftest import FIXTURES
+from tests.test_cli import run
+
+TASK_DATA = FIXTURES / "tasks"
+
+
+@pytest.fixture(scope="module")
+def tiny_hf(tmp_path_factory) -> Path:
+    """A random 2-layer Llama with the (offline) GPT-2 tokenizer, saved like a hub folder."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    folder = tmp_path_factory.mktemp("tiny_llama")
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=50257, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, max_position_embeddings=512, bos_token_id=50256, eos_token_id=50256)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
+        shutil.copyfile(Path(offline_gpt2_folder(folder / "cache")) / name, folder / name)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_module(tiny_hf):
+    module = HFLanguageModel(pretrained=str(tiny_hf))
+    module.build(50257)
+    return module.eval()
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    return build_tokenizer("gpt2")
+
+
+@torch.no_grad()
+def by_hand(module, tokens: list[int], n_continuation: int) -> float:
+    """Summed log-probability of the last `n_continuation` tokens, from one full forward."""
+    ids = torch.tensor([tokens])
+    logp = F.log_softmax(module.net(input_ids=ids).logits.float(), -1)[0]
+    return sum(float(logp[t - 1, tokens[t]]) for t in range(len(tokens) - n_continuation, len(tokens)))
+
+
+def test_continuation_split_keeps_the_boundary_token_with_the_continuation(gpt2):
+    ctx, cont = prompted.split_continuation(gpt2, "Answer:", " yes")
+    assert gpt2.decode(ctx) == "Answer:" and gpt2.decode(cont) == " yes"
+    # "abc" + "def" tokenises as one piece: the continuation starts at the first differing token
+    whole = gpt2.encode("the catapult")
+    ctx, cont = prompted.split_continuation(gpt2, "the cat", "apult")
+    assert ctx + cont == whole and cont
+
+
+def test_single_token_choices_share_one_row_and_match_per_choice_rows(tiny_module, gpt2):
+    context = "The movie was great.\nQuestion: Is this sentence positive or negative?\nAnswer:"
+    grouped = prompted.encode_multiple_choice(gpt2, 0, context, [" negative", " positive"], 512)
+    assert [r.kind for r in grouped] == ["next_token"]
+    out = prompted.score_batch(tiny_module, prompted.collate(grouped, 0))
+    ctx = gpt2.encode(context)
+    for i, choice in enumerate([" negative", " positive"]):
+        (token,) = gpt2.encode(choice)
+        assert out["loglik"][0][i] == pytest.approx(by_hand(tiny_module, ctx + [token], 1), abs=1e-5)
+
+
+def test_multi_token_choices_sum_their_tokens_in_a_padded_batch(tiny_module, gpt2):
+    context, choices = "Q: capital of France?\nA:", [" Paris", " the city of Lyon"]
+    rows = prompted.encode_multiple_choice(gpt2, 3, context, choices, 512)
+    assert [r.kind for r in rows] == ["loglikelihood", "loglikelihood"]
+    out = prompted.score_batch(tiny_module, prompted.collate(rows, 0))  # rows differ in length: padding
+    for i, choice in enumerate(choices):
+        whole = gpt2.encode(context + choice)
+        n = len(whole) - len(gpt2.encode(context))
+        assert out["loglik"][i] == pytest.approx(by_hand(tiny_module, whole, n), abs=1e-4)
+    assert out["choice_index"] == [0, 1] and out["request_id"] == [3, 3]
+
+
+def test_left_truncation_keeps_the_continuation(gpt2):
+    rows = prompted.encode_multiple_choice(gpt2, 0, "word " * 50 + "end:", [" a b c", " d e f g"], 16)
+    for row in rows:
+        assert len(row.tokens) <= 16 and row.truncated > 0 and row.tokens[row.scored_from + 1:] == row.targets[:-1]
+
+
+def test_greedy_generation_through_lm_forward_equals_hf_generate(tiny_module, gpt2):
+    ids = torch.tensor([gpt2.encode("Title: x\n\nQuestion: what?\n\nAnswer:")])
+    batch = {"input_ids": ids, "request_id": torch.tensor([0])}
+    cached = prompted.generate(tiny_module, batch, tokenizer=gpt2, max_new_tokens=6)
+    tiny_module.lm_forward = types.MethodType(type(tiny_module).lm_forward, tiny_module)  # as if patched
+    try:
+        recomputed = prompted.generate(tiny_module, batch, tokenizer=gpt2, max_new_tokens=6, no_answer_token=7)
+    finally:
+        del tiny_module.__dict__["lm_forward"]
+    assert cached["tokens"] == recomputed["tokens"] and len(cached["tokens"][0]) == 6
+    with torch.no_grad():
+        logp = F.log_softmax(tiny_module.net(input_ids=ids).logits[0, -1].float(), -1)
+    assert recomputed["no_answer_prob"][0] == pytest.approx(float(logp[7].exp()), rel=1e-4)
+
+
+def test_generation_stops_at_a_stop_token(tiny_module, gpt2):
+    ids = torch.tensor([gpt2.encode("Answer:")])
+    first = prompted.generate(tiny_module, {"input_ids": ids, "request_id": torch.tensor([0])}, tokenizer=gpt2,
+                              max_new_tokens=5)["tokens"][0][0]
+    out = prompted.generate(tiny_module, {"input_ids": ids, "request_id": torch.tensor([0])}, tokenizer=gpt2,
+                            max_new_tokens=5, stop_ids=frozenset({first}))
+    assert out["tokens"] == [[first]] and out["text"] == [""]
+
+
+def _record(results_dir: Path, stem: str) -> dict:
+    return json.loads((results_dir / f"{stem}_downstream.json").read_text())
+
+
+def test_cli_prompted_record_matches_scores_by_hand(tiny_hf, tiny_module, gpt2, tmp_path, capsys):
+    base = ["test", "--model", "hf", "--model.pretrained", str(tiny_hf), "--data.data_dir", str(TASK_DATA),
+            "--trainer.enable_progress_bar", "false", "--trainer.logger", "false"]
+    squad = json.dumps({"squad_v2": str(TASK_DATA / "squad_v2.0" / "dev.json")})
+    code, _, err = run([*base, "--task", "glue/sst2", "--task", "squad_v2", "--data.paths", squad,
+                        "--data.max_new_tokens", "4"], capsys)
+    assert code in (0, None), err
+    stem = "hf-" + tiny_hf.name
+    record = _record(tmp_path / "benchmark_results", stem)
+    sst2 = record["glue"]["tasks"]["sst2"]
+    assert sst2["num_samples"] == 3 and record["glue"]["sst2"] == sst2["score"] == sst2["metrics"]["accuracy"]
+    assert record["glue"]["average_over"] == ["sst2"]
+    run_info = record["runs"][sst2["run"]]
+    assert run_info["protocol"]["prompt_versions"]["glue/sst2"] == "glue/sst2@1"
+    assert run_info["meta"]["data"]["sources"]["glue/sst2"]["eval"]["files"][0]["sha256"]
+    assert {"exact", "f1", "HasAns_exact", "NoAns_exact", "best_f1_thresh"} <= set(record["squad_v2"])
+    samples = [json.loads(line) for line in
+               (tmp_path / "benchmark_results" / f"{stem}_downstream.samples.jsonl").read_text().splitlines()]
+    first = next(s for s in samples if s["task"] == "glue/sst2")
+    from lightning_bench.data.tasks import load_rows
+    from lightning_bench.evaluation.prompts import build_request
+
+    row = load_rows("glue/sst2", "eval", data_dir=str(TASK_DATA))[0]
+    request = build_request("glue/sst2", row)
+    for i, choice in enumerate(request.choices):
+        whole = gpt2.encode(request.context + choice)
+        assert first["loglik"][i] == pytest.approx(by_hand(tiny_module, whole, 1), abs=1e-4)
+    correct = sum(s["prediction"] == s["gold"] for s in samples if s["task"] == "glue/sst2")
+    assert sst2["metrics"]["accuracy"] == pytest.approx(correct / 3)
+
+    # a second run adds its task to the same file and the average covers both
+    code, _, err = run([*base, "--task", "glue/cola"], capsys)
+    assert code in (0, None), err
+    record = _record(tmp_path / "benchmark_results", stem)
+    assert record["glue"]["average_over"] == ["cola", "sst2"]
+    assert record["glue"]["average"] == pytest.approx((record["glue"]["cola"] + record["glue"]["sst2"]) / 2)
+    assert len(record["runs"]) == 2 and "squad_v2" in record
+
+
+def test_cli_mmlu_k_shot_and_subject_aggregation(tiny_hf, tmp_path, capsys):
+    code, _, err = run(["test", "--model", "hf", "--model.pretrained", str(tiny_hf), "--task", "mmlu/astronomy",
+                        "--data.data_dir", str(TASK_DATA), "--data.num_fewshot", "2",
+                        "--trainer.enable_progress_bar", "false", "--trainer.logger", "false"], capsys)
+    assert code in (0, None), err
+    mmlu = _record(tmp_path / "benchmark_results", "hf-" + tiny_hf.name)["mmlu"]
+    assert mmlu["num_subjects_evaluated"] == 1 and set(mmlu["category_scores"]) == {"STEM"}
+    assert mmlu["accuracy"] == mmlu["subject_scores"]["astronomy"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--task", "glue/nope"], "valid: cola, mnli"),
+    (["--task", "mmlu/astronomy", "--data.num_fewshot", "9"], "larger than"),
+    (["--task", "glue/sst2", "--data.paths", '{"glue/sst2": "SQUAD"}'], "not a GLUE SST-2"),
+])
+def test_bad_downstream_input_is_one_line(args, message, tiny_hf, capsys):
+    args = [a.replace("SQUAD", str(TASK_DATA / "squad_v2.0" / "dev.json")) for a in args]
+    code, out, err = run(["test", "--model", "hf", "--model.pretrained", str(tiny_hf),
+                          "--data.data_dir", str(TASK_DATA), *args], capsys)
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.startswith("lightning_bench: error:")]
+    assert len(lines) == 1 and message in lines[0], err
+    assert not Path("benchmark_results").exists()
+
+
+@pytest.mark.parametrize("family", ["transformer", "bk"])
+def test_cli_finetune_writes_a_record(family, tmp_path, capsys):
+    code, _, err = run(["fit", "--model", family, "--task", "glue/sst2", "--data.data_dir", str(TASK_DATA),
+                        "--data.holdout_fraction", "0.3", "--data.val_fraction", "0", "--data.batch_size", "2",
+                        "--trainer.max_epochs", "2", "--trainer.enable_progress_bar", "false",
+                        "--trainer.logger", "false"], capsys)
+    assert code in (0, None), err
+    record = _record(tmp_path / "benchmark_results", f"{family}_finetune")
+    sst2 = record["glue"]["tasks"]["sst2"]
+    assert sst2["num_samples"] == 1 and sst2["metrics"]["accuracy"] in (0.0, 1.0)
+    protocol = record["runs"][sst2["run"]]["protocol"]
+    assert protocol["name"] == "finetune" and protocol["split_sizes"] == {"train": 2, "validation": 0, "test": 1}
+    assert protocol["training"]["global_steps"] == 2
