@@ -141,6 +141,7 @@ def test_cli_prompted_record_matches_scores_by_hand(tiny_hf, tiny_module, gpt2, 
     assert {"exact", "f1", "HasAns_exact", "NoAns_exact", "best_f1_thresh"} <= set(record["squad_v2"])
     samples = [json.loads(line) for line in
                (tmp_path / "benchmark_results" / f"{stem}_downstream.samples.jsonl").read_text().splitlines()]
+    assert all(1 <= s["generated_tokens"] <= 4 for s in samples if s["task"] == "squad_v2")
     first = next(s for s in samples if s["task"] == "glue/sst2")
     from lightning_bench.data.tasks import load_rows
     from lightning_bench.evaluation.prompts import build_request
@@ -199,4 +200,24 @@ def test_cli_finetune_writes_a_record(family, tmp_path, capsys):
     assert sst2["num_samples"] == 1 and sst2["metrics"]["accuracy"] in (0.0, 1.0)
     protocol = record["runs"][sst2["run"]]["protocol"]
     assert protocol["name"] == "finetune" and protocol["split_sizes"] == {"train": 2, "validation": 0, "test": 1}
-    assert protocol["training"]["global_steps"] == 2
+    assert protocol["training"]["global_steps"] == 2 and protocol["majority_class_test_accuracy"] in (0.0, 1.0)
+
+
+def test_prompted_scoring_composes_with_sparsity(tiny_hf, tmp_path, capsys):
+    """Sparsity 0 reproduces dense scores exactly; an evicting run writes its own record with cache figures."""
+    base = ["test", "--model", "hf", "--model.pretrained", str(tiny_hf), "--task", "glue/sst2", "--data.data_dir",
+            str(TASK_DATA), "--trainer.enable_progress_bar", "false", "--trainer.logger", "false"]
+    stem = "hf-" + tiny_hf.name
+    samples = {}
+    for extra, suffix in (([], ""), (["--sparsity", "streaming_llm", "--sparsity.ratio", "0.0"], "_streaming_llm_s0.0"),
+                          (["--sparsity", "h2o", "--sparsity.ratio", "0.5", "--sparsity.chunk_size", "4"],
+                           "_h2o_s0.5")):
+        code, _, err = run([*base, *extra], capsys)
+        assert code in (0, None), err
+        path = tmp_path / "benchmark_results" / f"{stem}{suffix}_downstream.samples.jsonl"
+        samples[suffix] = [v for line in path.read_text().splitlines() for v in json.loads(line)["loglik"]]
+    assert samples["_streaming_llm_s0.0"] == pytest.approx(samples[""], abs=1e-5)
+    assert samples["_h2o_s0.5"] != pytest.approx(samples[""], abs=1e-5)
+    record = _record(tmp_path / "benchmark_results", f"{stem}_h2o_s0.5")
+    sparsity = record["runs"][record["glue"]["tasks"]["sst2"]["run"]]["sparsity"]
+    assert sparsity["method"] == "h2o" and 0 < sparsity["cache_fraction"] < 1

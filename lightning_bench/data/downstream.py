@@ -67,6 +67,9 @@ class DownstreamDataModule(L.LightningDataModule):
         num_fewshot: k-shot examples from the task's few-shot split (MMLU: its dev split, in order, as the
             benchmark does; other tasks: a seeded sample of the train split).
         fewshot_seed: seed of the k-shot samples (each example draws with fewshot_seed + its index).
+        fewshot_source: `split` = the task's few-shot split (above); `eval` = other examples of the evaluated
+            split, never the query itself (lm-evaluation-harness's fallback for tasks without a train
+            split; what the offline samples allow, since they hold only evaluation files).
         max_samples: score only the first N examples of each task (None = all); the record says N.
         tokenizer: `auto` = the model's own (pretrained models); else `word`, `gpt2` or an HF folder/id.
         max_length: longest model input in tokens (longer prompts lose tokens from the left; the record
@@ -79,7 +82,8 @@ class DownstreamDataModule(L.LightningDataModule):
 
     def __init__(self, tasks: Union[str, list[str]] = "glue/sst2", data_dir: Optional[str] = None,
                  paths: Optional[dict[str, Union[str, list[str]]]] = None, num_fewshot: int = 0,
-                 fewshot_seed: int = 1234, max_samples: Optional[int] = None, tokenizer: str = "auto",
+                 fewshot_seed: int = 1234, fewshot_source: Literal["split", "eval"] = "split",
+                 max_samples: Optional[int] = None, tokenizer: str = "auto",
                  max_length: Optional[int] = None, batch_size: int = 8, max_new_tokens: int = 32,
                  protocol: Literal["auto", "prompted", "finetune"] = "auto", holdout_fraction: float = 0.2,
                  val_fraction: float = 0.1, split_seed: int = 1234):
@@ -122,6 +126,8 @@ class DownstreamDataModule(L.LightningDataModule):
 
     # ---- setup ---------------------------------------------------------------------------------
     def _protocol(self, stage: str) -> str:
+        if self.hparams.fewshot_source not in ("split", "eval"):
+            raise ConfigError(f"unknown --data.fewshot_source {self.hparams.fewshot_source!r}; valid: split, eval")
         if self.hparams.protocol != "auto":
             return self.hparams.protocol
         if self.active_protocol == "finetune":  # the test that ends a fine-tuning run scores the head
@@ -168,7 +174,9 @@ class DownstreamDataModule(L.LightningDataModule):
         self.requests = []
         for task in self.task_names:
             rows = self._rows(task, "eval", hp.max_samples)
-            pool = self._fewshot_pool(task) if hp.num_fewshot else []
+            pool = []
+            if hp.num_fewshot:
+                pool = self._rows(task, "eval") if hp.fewshot_source == "eval" else self._fewshot_pool(task)
             for index, row in enumerate(rows):
                 shots = self._shots(task, pool, row, index)
                 self.requests.append(Request(task, row, build_request(task, row, shots)))
@@ -180,8 +188,8 @@ class DownstreamDataModule(L.LightningDataModule):
             pool = self._rows(task, "fewshot")
         except ConfigError as err:
             raise ConfigError(f"{task}: --data.num_fewshot {self.hparams.num_fewshot} needs its {split} split, which "
-                              f"was not found ({err}); pass --data.paths '{{{task}:fewshot: FILE}}' or "
-                              "--data.num_fewshot 0") from err
+                              f"was not found; pass --data.fewshot_source eval, --data.paths "
+                              f"'{{{task}:fewshot: FILE}}' or --data.num_fewshot 0") from err
         if self.hparams.num_fewshot > len(pool):
             raise ConfigError(f"{task}: --data.num_fewshot {self.hparams.num_fewshot} is larger than its {split} split "
                               f"({len(pool)} examples); lower it")
@@ -191,7 +199,7 @@ class DownstreamDataModule(L.LightningDataModule):
         k = self.hparams.num_fewshot
         if not k:
             return []
-        if TASKS[task].benchmark == "mmlu":
+        if TASKS[task].benchmark == "mmlu" and self.hparams.fewshot_source == "split":
             return pool[:k]  # the original MMLU protocol: the first k dev questions, in order
         candidates = [r for r in pool if r["id"] != row["id"]]
         if k > len(candidates):
@@ -206,7 +214,7 @@ class DownstreamDataModule(L.LightningDataModule):
         for rid, req in enumerate(self.requests):
             r = req.request
             if isinstance(r, Generation):
-                enc = [prompted.encode_generation(tok, rid, r.context, self.seq_len, r.max_new_tokens)]
+                enc = [prompted.encode_generation(tok, rid, r.context, self.seq_len, hp.max_new_tokens)]
                 self._no_answer[rid] = (prompted.split_continuation(tok, r.context, " " + r.no_answer)[1][0]
                                         if r.no_answer else None)
             else:
@@ -229,7 +237,7 @@ class DownstreamDataModule(L.LightningDataModule):
         for e in (e for e in self._encoded if e.kind == "generate"):
             batch = prompted.collate([e], pad)
             r = self.requests[e.request_id].request
-            batch.update(max_new_tokens=r.max_new_tokens, stop=r.stop, no_answer_token=self._no_answer[e.request_id])
+            batch.update(max_new_tokens=self.hparams.max_new_tokens, stop=r.stop, no_answer_token=self._no_answer[e.request_id])
             batches.append(batch)
         return batches
 

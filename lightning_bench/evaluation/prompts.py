@@ -33,7 +33,6 @@ class Generation:
     answers: tuple[str, ...]  # () = unanswerable
     stop: str = "\n"
     no_answer: str | None = None  # what the model says for "no answer" (SQuAD v2)
-    max_new_tokens: int = 32
 
 
 YES_NO = (" no", " yes")

@@ -66,7 +66,8 @@ def generation_prediction(request, scored: dict) -> dict:
     answer = text
     if request.no_answer and normalize_answer(text) == normalize_answer(request.no_answer):
         answer = ""
-    return {"generated": scored["text"], "prediction": answer, "no_answer_prob": scored.get("no_answer_prob")}
+    return {"generated": scored["text"], "generated_tokens": len(scored["tokens"]), "prediction": answer,
+            "no_answer_prob": scored.get("no_answer_prob")}
 
 
 def score_prompted(requests, outputs: list[dict]) -> tuple[dict, list[dict]]:

@@ -108,6 +108,7 @@ class DownstreamRecorder(L.Callback):
 
         hp = dm.hparams
         return {"name": "prompted", "num_fewshot": hp.num_fewshot, "fewshot_seed": hp.fewshot_seed,
+                "fewshot_source": hp.fewshot_source,
                 "max_samples": hp.max_samples, "max_length": dm.seq_len, "max_new_tokens": hp.max_new_tokens,
                 "prompt_versions": {t: PROMPT_VERSIONS.get(t, PROMPT_VERSIONS.get(t.split("/")[0]))
                                     for t in dm.task_names},
@@ -115,7 +116,13 @@ class DownstreamRecorder(L.Callback):
 
     def _finetune_protocol(self, dm, pl_module) -> dict:
         hp = pl_module.hparams
+        labels = [r["label"] for r in dm.finetune["train"]]
+        baseline = None
+        if dm.finetune_num_labels and dm.finetune_num_labels > 1:  # classification: predict train's majority
+            majority = max(set(labels), key=labels.count)
+            baseline = sum(r["label"] == majority for r in dm.finetune["test"]) / len(dm.finetune["test"])
         return {"name": "finetune", "task": dm.task_names[0], "split_rule": dm.split_rule,
+                "majority_class_test_accuracy": baseline,
                 "split_sizes": {k: len(v) for k, v in dm.finetune.items()},
                 "head": "dropout + linear on the last real token's final hidden state; cross-entropy "
                         "(classification) or MSE (regression); the whole network is trained",
