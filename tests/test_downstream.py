@@ -221,3 +221,17 @@ def test_prompted_scoring_composes_with_sparsity(tiny_hf, tmp_path, capsys):
     record = _record(tmp_path / "benchmark_results", f"{stem}_h2o_s0.5")
     sparsity = record["runs"][record["glue"]["tasks"]["sst2"]["run"]]["sparsity"]
     assert sparsity["method"] == "h2o" and 0 < sparsity["cache_fraction"] < 1
+
+
+def test_downstream_scores_reach_the_wandb_run(tiny_hf, tmp_path, capsys):
+    from tests.wandb_reader import config_history_summary
+
+    code, _, err = run(["test", "--model", "hf", "--model.pretrained", str(tiny_hf), "--task", "glue/sst2",
+                        "--data.data_dir", str(TASK_DATA), "--wandb", "true", "--wandb_dir", str(tmp_path / "wb"),
+                        "--trainer.enable_progress_bar", "false"], capsys)
+    assert code in (0, None), err
+    (run_dir,) = (tmp_path / "wb" / "wandb").glob("offline-run-*")
+    _, history, _ = config_history_summary(next(run_dir.glob("*.wandb")))
+    logged = {key: value for row in history for key, value in row.items()}
+    record = _record(tmp_path / "benchmark_results", "hf-" + tiny_hf.name)
+    assert logged["downstream/glue/sst2/accuracy"] == pytest.approx(record["glue"]["sst2"])

@@ -99,6 +99,8 @@ class DownstreamRecorder(L.Callback):
             holder = entry["tasks"].values() if "tasks" in entry else [entry]
             for item in holder:  # each task (GLUE/SuperGLUE) or benchmark names the run that produced it
                 item["run"] = run_id
+        for logger in trainer.loggers:  # the dashboard gets the same figures (downstream/<benchmark>/<task>/<metric>)
+            logger.log_metrics(flat_scores(results), step=trainer.global_step)
         stem = record_stem(pl_module, self.bits, sparsity, dm.active_protocol)
         self.written = self._write(stem, results, samples, pl_module.model_name, run_id, run)
         print(f"lightning_bench: wrote {self.written}")
@@ -156,3 +158,14 @@ def _run_ids(benchmarks: dict):
     for entry in benchmarks.values():
         for item in (entry["tasks"].values() if "tasks" in entry else [entry]):
             yield item["run"]
+
+
+def flat_scores(results: dict) -> dict[str, float]:
+    flat = {}
+    for benchmark, entry in results.items():
+        for task, detail in entry.get("tasks", {}).items():
+            flat.update({f"downstream/{benchmark}/{task}/{k}": v for k, v in detail["metrics"].items()
+                         if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        flat.update({f"downstream/{benchmark}/{k}": v for k, v in entry.items()
+                     if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    return flat
