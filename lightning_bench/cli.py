@@ -145,6 +145,23 @@ class LightningBenchCLI(LightningCLI):
 
         return isinstance(self.datamodule, DownstreamDataModule)
 
+    def before_test(self) -> None:
+        """A fine-tuned checkpoint (it holds a task head) is scored with its head, not prompted: the
+        DataModule is set up before the checkpoint loads, so the protocol is chosen here."""
+        if not self._downstream:
+            return
+        if self.trainer.limit_test_batches not in (None, 1.0):
+            raise ConfigError("--trainer.limit_test_batches would leave requests unscored; use --data.max_samples")
+        ckpt = self.config_init[self.subcommand].get("ckpt_path")
+        if ckpt and os.path.isfile(ckpt) and self.datamodule.hparams.protocol == "auto":
+            import torch
+
+            state = torch.load(ckpt, map_location="cpu", weights_only=False).get("state_dict", {})
+            if any(key.startswith("task_head.") for key in state):
+                self.datamodule.hparams.protocol = "finetune"
+                print(f"{PROG}: {ckpt} holds a fine-tuned task head: scoring it with the finetune protocol",
+                      file=sys.stderr)
+
     def after_fit(self) -> None:
         from lightning_bench.results.recorder import ResultsRecorder
 

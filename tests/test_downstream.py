@@ -5,6 +5,7 @@ plain forward of the same network, so a wrong offset, a misaligned label or a mi
 """
 
 import json
+import math
 import shutil
 import types
 from pathlib import Path
@@ -101,13 +102,12 @@ def test_greedy_generation_through_lm_forward_equals_hf_generate(tiny_module, gp
     cached = prompted.generate(tiny_module, batch, tokenizer=gpt2, max_new_tokens=6)
     tiny_module.lm_forward = types.MethodType(type(tiny_module).lm_forward, tiny_module)  # as if patched
     try:
-        recomputed = prompted.generate(tiny_module, batch, tokenizer=gpt2, max_new_tokens=6, no_answer_token=7)
+        recomputed = prompted.generate(tiny_module, batch, tokenizer=gpt2, max_new_tokens=6, no_answer_tokens=[7, 8])
     finally:
         del tiny_module.__dict__["lm_forward"]
     assert cached["tokens"] == recomputed["tokens"] and len(cached["tokens"][0]) == 6
-    with torch.no_grad():
-        logp = F.log_softmax(tiny_module.net(input_ids=ids).logits[0, -1].float(), -1)
-    assert recomputed["no_answer_prob"][0] == pytest.approx(float(logp[7].exp()), rel=1e-4)
+    na_prob = math.exp(by_hand(tiny_module, ids[0].tolist() + [7, 8], 2))  # P(7, 8 | prompt)
+    assert recomputed["no_answer_prob"][0] == pytest.approx(na_prob, rel=1e-4)
 
 
 def test_generation_stops_at_a_stop_token(tiny_module, gpt2):
@@ -170,7 +170,19 @@ def test_cli_mmlu_k_shot_and_subject_aggregation(tiny_hf, tmp_path, capsys):
     assert code in (0, None), err
     mmlu = _record(tmp_path / "benchmark_results", "hf-" + tiny_hf.name)["mmlu"]
     assert mmlu["num_subjects_evaluated"] == 1 and set(mmlu["category_scores"]) == {"STEM"}
-    assert mmlu["accuracy"] == mmlu["subject_scores"]["astronomy"]
+    assert mmlu["accuracy"] == mmlu["subject_scores"]["astronomy"] and mmlu["mixed_protocols"] is False
+    # a run over another subject joins the entry; the figures are recomputed over both
+    code, _, err = run(["test", "--model", "hf", "--model.pretrained", str(tiny_hf), "--task", "mmlu/anatomy",
+                        "--data.data_dir", str(TASK_DATA), "--data.paths",
+                        json.dumps({"mmlu/anatomy": str(TASK_DATA / "mmlu" / "test" / "astronomy_test.csv")}),
+                        "--trainer.enable_progress_bar", "false", "--trainer.logger", "false"], capsys)
+    assert code in (0, None), err
+    both = _record(tmp_path / "benchmark_results", "hf-" + tiny_hf.name)["mmlu"]
+    assert both["num_subjects_evaluated"] == 2 and set(both["category_scores"]) == {"STEM", "other"}
+    counts = both["subject_counts"]
+    assert both["accuracy"] == pytest.approx(sum(c["correct"] for c in counts.values()) /
+                                             sum(c["total"] for c in counts.values()))
+    assert both["mixed_protocols"] is True  # 2-shot and 0-shot results share this entry
 
 
 @pytest.mark.parametrize("args, message", [
@@ -201,6 +213,19 @@ def test_cli_finetune_writes_a_record(family, tmp_path, capsys):
     protocol = record["runs"][sst2["run"]]["protocol"]
     assert protocol["name"] == "finetune" and protocol["split_sizes"] == {"train": 2, "validation": 0, "test": 1}
     assert protocol["training"]["global_steps"] == 2 and protocol["majority_class_test_accuracy"] in (0.0, 1.0)
+    if family != "transformer":
+        return
+    # the saved checkpoint is scored with its head (not prompted), on the same held-out rows
+    (ckpt,) = Path("checkpoints").glob("*/last.ckpt")
+    test = ["test", "--model", family, "--task", "glue/sst2", "--data.data_dir", str(TASK_DATA),
+            "--data.val_fraction", "0", "--ckpt_path", str(ckpt), "--trainer.enable_progress_bar", "false",
+            "--trainer.logger", "false", "--results_dir", "again"]
+    code, _, err = run([*test, "--data.holdout_fraction", "0.3"], capsys)
+    assert code in (0, None), err
+    again = _record(tmp_path / "again", f"{family}_finetune")["glue"]["tasks"]["sst2"]
+    assert again["metrics"] == sst2["metrics"] and again["num_samples"] == 1
+    code, _, err = run([*test, "--data.holdout_fraction", "0.7"], capsys)  # other test rows: refused
+    assert code == 2 and "other test rows" in err
 
 
 def test_prompted_scoring_composes_with_sparsity(tiny_hf, tmp_path, capsys):

@@ -27,7 +27,7 @@ from lightning_bench.data.tasks import TASKS, expand_tasks, load_rows
 from lightning_bench.evaluation.prompts import (FINETUNE_NUM_LABELS, Generation, MultipleChoice, build_request,
                                                 finetune_input)
 from lightning_bench.data.tokenization import WordTokenizer, build_tokenizer
-from lightning_bench.errors import ConfigError
+from lightning_bench.errors import ConfigError, MissingData
 from lightning_bench.evaluation import prompted
 
 PROTOCOLS = ("auto", "prompted", "finetune")
@@ -139,6 +139,11 @@ class DownstreamDataModule(L.LightningDataModule):
         path = paths.get(f"{task}:{split}", paths.get(task) if split == "eval" else None)
         rows, origin = load_rows(task, split, data_dir=self.hparams.data_dir, paths=path, max_rows=max_rows,
                                  with_origin=True)
+        if not rows:  # e.g. a SQuAD file whose articles hold no questions: never drop a task silently
+            raise ConfigError(f"{task}: its {split} data ({origin.get('files') or origin.get('hub')}) holds no "
+                              "examples; point --data.data_dir or --data.paths at the real file")
+        if task == "glue/stsb" and split == "eval" and len(rows) < 2:
+            raise ConfigError("glue/stsb: Pearson and Spearman need at least 2 examples; raise --data.max_samples")
         self.sources.setdefault(task, {})[split] = origin
         return rows
 
@@ -186,7 +191,7 @@ class DownstreamDataModule(L.LightningDataModule):
         split = TASKS[task].fewshot_split
         try:
             pool = self._rows(task, "fewshot")
-        except ConfigError as err:
+        except MissingData as err:
             raise ConfigError(f"{task}: --data.num_fewshot {self.hparams.num_fewshot} needs its {split} split, which "
                               f"was not found; pass --data.fewshot_source eval, --data.paths "
                               f"'{{{task}:fewshot: FILE}}' or --data.num_fewshot 0") from err
@@ -201,7 +206,12 @@ class DownstreamDataModule(L.LightningDataModule):
             return []
         if TASKS[task].benchmark == "mmlu" and self.hparams.fewshot_source == "split":
             return pool[:k]  # the original MMLU protocol: the first k dev questions, in order
-        candidates = [r for r in pool if r["id"] != row["id"]]
+        if self.hparams.fewshot_source == "eval":
+            # never the query, nor another question about the same passage (it would show its answer)
+            same = _passage(row)
+            candidates = [r for r in pool if r["id"] != row["id"] and (same is None or _passage(r) != same)]
+        else:
+            candidates = pool
         if k > len(candidates):
             raise ConfigError(f"{task}: --data.num_fewshot {k} is larger than its few-shot split without the "
                               f"query ({len(candidates)} examples); lower it")
@@ -215,7 +225,7 @@ class DownstreamDataModule(L.LightningDataModule):
             r = req.request
             if isinstance(r, Generation):
                 enc = [prompted.encode_generation(tok, rid, r.context, self.seq_len, hp.max_new_tokens)]
-                self._no_answer[rid] = (prompted.split_continuation(tok, r.context, " " + r.no_answer)[1][0]
+                self._no_answer[rid] = (prompted.split_continuation(tok, r.context, " " + r.no_answer)[1]
                                         if r.no_answer else None)
             else:
                 enc = prompted.encode_multiple_choice(tok, rid, r.context, r.choices, self.seq_len)
@@ -237,13 +247,14 @@ class DownstreamDataModule(L.LightningDataModule):
         for e in (e for e in self._encoded if e.kind == "generate"):
             batch = prompted.collate([e], pad)
             r = self.requests[e.request_id].request
-            batch.update(max_new_tokens=self.hparams.max_new_tokens, stop=r.stop, no_answer_token=self._no_answer[e.request_id])
+            batch.update(max_new_tokens=self.hparams.max_new_tokens, stop=r.stop,
+                         no_answer_tokens=self._no_answer[e.request_id])
             batches.append(batch)
         return batches
 
     def generation_settings(self, batch: dict) -> dict:
         return {"tokenizer": self.tokenizer, "stop_ids": self.stop_ids.get(batch["stop"], frozenset()),
-                "max_new_tokens": batch["max_new_tokens"], "no_answer_token": batch["no_answer_token"]}
+                "max_new_tokens": batch["max_new_tokens"], "no_answer_tokens": batch["no_answer_tokens"]}
 
     # ---- fine-tuning ---------------------------------------------------------------------------
     def _setup_finetune(self) -> None:
@@ -258,19 +269,13 @@ class DownstreamDataModule(L.LightningDataModule):
         try:
             train = self._rows(task, "train")
             self.split_rule = f"train on the {TASKS[task].train_split} split, test on the {TASKS[task].eval_split} split"
-        except ConfigError:
+        except MissingData:  # only a missing train split falls back; a malformed train file is an error
             if hp.data_dir is None and not hp.paths:
                 raise
-            order = list(range(len(test)))
-            random.Random(hp.split_seed).shuffle(order)
-            n_test = max(1, round(hp.holdout_fraction * len(test)))
-            train, test = [test[i] for i in order[n_test:]], [test[i] for i in order[:n_test]]
-            self.split_rule = (f"no train file: the eval file split with seed {hp.split_seed}; "
-                               f"{n_test} rows ({hp.holdout_fraction:.0%}) test, the rest train")
-        order = list(range(len(train)))
-        random.Random(hp.split_seed + 1).shuffle(order)
-        n_val = round(hp.val_fraction * len(train))
-        val, train = [train[i] for i in order[:n_val]], [train[i] for i in order[n_val:]]
+            test, train = split_groups(test, hp.holdout_fraction, hp.split_seed)
+            self.split_rule = (f"no train file: the eval file split with seed {hp.split_seed} (by question for "
+                               f"multirc); {len(test)} rows ({hp.holdout_fraction:.0%}) test, the rest train")
+        val, train = split_groups(train, hp.val_fraction, hp.split_seed + 1)
         if not train:
             raise ConfigError(f"{task}: no training rows left after the splits; lower --data.holdout_fraction")
         texts = {name: [finetune_input(task, r) for r in rows] for name, rows in
@@ -280,6 +285,26 @@ class DownstreamDataModule(L.LightningDataModule):
             self.tokenizer = self._resolve_tokenizer(train_text=word_text)
         self.finetune = {"train": train, "validation": val, "test": test}
         self._encoded_ft = {name: [self._encode_pair(a, b) for a, b in pairs] for name, pairs in texts.items()}
+
+    # ---- the checkpoint remembers which rows were the test set -----------------------------------
+    def state_dict(self) -> dict:
+        if self.active_protocol != "finetune":
+            return {}
+        return {"task": self.task_names[0], "split_rule": self.split_rule, "test_ids_sha256": self._test_ids_hash()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Testing a fine-tuned checkpoint on other rows than it was split with could score training rows."""
+        if not state or self.active_protocol != "finetune":
+            return
+        if state["task"] != self.task_names[0] or state["test_ids_sha256"] != self._test_ids_hash():
+            raise ConfigError(f"this checkpoint was fine-tuned on {state['task']} with test rows chosen by: "
+                              f"{state['split_rule']}; the current data options select other test rows. Use the "
+                              "fit's --data options (data_dir, paths, holdout_fraction, split_seed)")
+
+    def _test_ids_hash(self) -> str:
+        import hashlib
+
+        return hashlib.sha256("\n".join(r["id"] for r in self.finetune["test"]).encode()).hexdigest()
 
     def _encode_pair(self, a: str, b: Optional[str]) -> list[int]:
         """text (pair) -> ids ending in an end token: the pooled last position is the same marker for every
@@ -334,3 +359,23 @@ class DownstreamDataModule(L.LightningDataModule):
             out["split_rule"] = self.split_rule
             out["split_sizes"] = {k: len(v) for k, v in self.finetune.items()}
         return out
+
+
+def _passage(row: dict) -> Optional[str]:
+    for key in ("context", "paragraph", "passage"):
+        if key in row:
+            return row[key]
+    return None
+
+
+def split_groups(rows: list[dict], fraction: float, seed: int) -> tuple[list[dict], list[dict]]:
+    """(held-out part, rest): a seeded `fraction` of the rows, whole groups at a time (MultiRC's answer
+    options of one question stay together, so no question is both trained on and tested)."""
+    groups: dict = {}
+    for row in rows:
+        groups.setdefault(row.get("question_id", row["id"]), []).append(row)
+    keys = list(groups)
+    random.Random(seed).shuffle(keys)
+    n = max(1, round(fraction * len(keys))) if fraction > 0 else 0
+    held = {k for k in keys[:n]}
+    return ([r for k in keys if k in held for r in groups[k]], [r for k in keys if k not in held for r in groups[k]])

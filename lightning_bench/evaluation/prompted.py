@@ -10,8 +10,8 @@ family, `--bits` and `--sparsity` compose with them (all logits come from `modul
   " A".." D", yes/no, ...), one forward of the context scores all choices from the last position's
   distribution. Identical to scoring each choice as its own row, at 1/n of the cost.
 * `generate` rows (one prompt per batch: no padding effects): greedy decoding until a token that
-  contains the stop string or `max_new_tokens`; the probability of the no-answer string's first token
-  at the first step is returned for SQuAD v2's no-answer threshold.
+  contains the stop string or `max_new_tokens`; for SQuAD v2 the probability of the whole no-answer
+  string after the prompt (one teacher-forced forward) is returned for the no-answer threshold.
 
 Tokenisation follows lm-evaluation-harness: the continuation tokens are those of
 encode(context + continuation) after the longest common prefix with encode(context), so a token that
@@ -27,6 +27,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from lightning_bench.errors import ConfigError
 from lightning_bench.evaluation.windows import IGNORE_INDEX
 
 
@@ -70,7 +71,8 @@ def encode_multiple_choice(tokenizer, request_id: int, context: str, choices, ma
     for index, (ctx, cont) in enumerate(pairs):
         whole = ctx + cont
         if len(cont) >= max_length:
-            raise ValueError(f"a continuation of {len(cont)} tokens does not fit max_length {max_length}")
+            raise ConfigError(f"a continuation of {len(cont)} tokens does not fit --data.max_length {max_length}; "
+                              "raise it")
         cut = max(0, len(whole) - 1 - max_length)
         tokens = whole[cut:-1]
         rows.append(EncodedRequest("loglikelihood", request_id, tokens, scored_from=len(tokens) - len(cont),
@@ -81,6 +83,9 @@ def encode_multiple_choice(tokenizer, request_id: int, context: str, choices, ma
 def encode_generation(tokenizer, request_id: int, context: str, max_length: int, max_new_tokens: int) -> EncodedRequest:
     tokens = tokenizer.encode(context)
     room = max_length - max_new_tokens
+    if room < 8:
+        raise ConfigError(f"--data.max_length {max_length} leaves no room for a prompt after --data.max_new_tokens "
+                          f"{max_new_tokens}; raise max_length or lower max_new_tokens")
     cut = max(0, len(tokens) - room)
     return EncodedRequest("generate", request_id, tokens[cut:], truncated=cut)
 
@@ -140,7 +145,7 @@ def stop_token_ids(tokenizer, stop: str) -> set[int]:
 
 @torch.no_grad()
 def generate(module, batch: dict, tokenizer=None, stop_ids: frozenset = frozenset(), max_new_tokens: int = 32,
-             no_answer_token: Optional[int] = None) -> dict:
+             no_answer_tokens: Optional[list[int]] = None) -> dict:
     """Greedy decoding of one prompt through `lm_forward` (every family; under --sparsity the
     evicting forward). Each step re-reads the whole sequence: these models need no KV-cache API and
     the eviction protocol stays that of the loglikelihood rows. HF models without eviction use their
@@ -149,22 +154,22 @@ def generate(module, batch: dict, tokenizer=None, stop_ids: frozenset = frozense
     if ids.shape[0] != 1:
         raise ValueError("generation batches hold one prompt")
     new: list[int] = []
-    first_logp = None
     patched = "lm_forward" in module.__dict__  # e.g. SparsityCallback's streaming forward
     net = getattr(module, "net", None)
     if not patched and hasattr(net, "generate") and hasattr(net, "config") and not getattr(net.config, "is_encoder_decoder", False):
-        out = net.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False,
-                           output_logits=True, return_dict_in_generate=True, pad_token_id=0,
-                           eos_token_id=sorted(stop_ids) or None)
-        new = out.sequences[0, ids.shape[1]:].tolist()
-        first_logp = F.log_softmax(out.logits[0][0].float(), dim=-1)
+        from transformers import GenerationConfig
+
+        # a clean config: the checkpoint's own generation_config (repetition penalty, min length, ...)
+        # would make this differ from plain greedy decoding
+        config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, pad_token_id=0,
+                                  eos_token_id=sorted(stop_ids) or None)
+        out = net.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
+        new = out[0, ids.shape[1]:].tolist()
     else:
         seq = ids
         for step in range(max_new_tokens):
             last = torch.tensor([seq.shape[1] - 1], device=seq.device)
             logits = module.lm_forward(seq, logits_to_keep=last).logits[0, -1].float()
-            if step == 0:
-                first_logp = F.log_softmax(logits, dim=-1)
             token = int(logits.argmax())
             new.append(token)
             if token in stop_ids:
@@ -172,6 +177,11 @@ def generate(module, batch: dict, tokenizer=None, stop_ids: frozenset = frozense
             seq = torch.cat([seq, seq.new_tensor([[token]])], dim=1)
     # the stop token itself is not part of the answer (a newline inside it is cut by the scorer anyway)
     text = tokenizer.decode(new[:-1] if new and new[-1] in stop_ids else new) if tokenizer is not None else ""
-    na_prob = float(first_logp[no_answer_token].exp()) if no_answer_token is not None else None
+    na_prob = None
+    if no_answer_tokens:  # P(the whole no-answer string | prompt): one teacher-forced forward
+        seq = torch.cat([ids, ids.new_tensor([no_answer_tokens])], dim=1)
+        positions = torch.arange(ids.shape[1] - 1, seq.shape[1] - 1, device=ids.device)
+        logp = F.log_softmax(module.lm_forward(seq[:, :-1], logits_to_keep=positions).logits[0].float(), dim=-1)
+        na_prob = float(logp.gather(-1, seq.new_tensor(no_answer_tokens)[:, None]).sum().exp())
     return {"kind": "generate", "request_id": batch["request_id"].tolist(), "tokens": [new], "text": [text],
             "no_answer_prob": [na_prob]}

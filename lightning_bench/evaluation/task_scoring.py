@@ -5,7 +5,7 @@ Prompted multiple choice: the prediction is the choice with the highest summed l
 of the continuation (lm-evaluation-harness's `acc_norm`). STS-B's prediction is the probability-weighted
 score over the choices " 0".." 5" (the choices' probabilities renormalised among themselves).
 SQuAD: the generated text cut at the stop string; under v2 the no-answer string maps to "" and the
-no-answer probability is that of its first token at the first step (for the best-threshold metrics).
+no-answer probability is that of the whole no-answer string after the prompt (best-threshold metrics).
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def task_metrics(task: str, pairs: list[tuple]) -> dict:
     correct_norm = [p["prediction_norm"] in _gold_set(req.request) for req, p in pairs]
     extra = {"acc": sum(correct) / len(correct), "acc_norm": sum(correct_norm) / len(correct_norm)}
     if benchmark == "mmlu":
-        return {**extra, "correct": correct}
+        return {**extra, "correct": correct, "correct_norm": correct_norm}
     if benchmark == "glue":
         if name == "stsb":
             return glue_task_metrics(name, [p["value"] for _, p in pairs], [float(req.row["label"]) for req, _ in pairs])
@@ -131,14 +131,21 @@ def aggregate(metrics_by_task: dict[str, dict], counts: dict[str, int]) -> dict:
                 name: {"metrics": m, "score": scores[name], "num_samples": counts[f"{benchmark}/{name}"]}
                 for name, m in tasks.items()})
         elif benchmark == "mmlu":
-            summary = mmlu_metrics({s: m.pop("correct") for s, m in tasks.items()})
-            summary["accuracy_norm"] = sum(tasks[s]["acc_norm"] * counts[f"mmlu/{s}"] for s in tasks) / sum(
-                counts[f"mmlu/{s}"] for s in tasks)
-            results["mmlu"] = summary
+            results["mmlu"] = mmlu_entry({s: {"correct": sum(m["correct"]), "correct_norm": sum(m["correct_norm"]),
+                                              "total": len(m["correct"])} for s, m in tasks.items()})
         else:
             metrics = tasks[benchmark]
             results[benchmark] = {**metrics, "dataset_size": counts[benchmark]}
     return results
+
+
+def mmlu_entry(counts: dict[str, dict]) -> dict:
+    """MMLU's figures from per-subject counts ({subject: {"correct", "correct_norm", "total"}}), which is
+    also how runs over different subjects merge into one entry."""
+    summary = mmlu_metrics({s: [True] * c["correct"] + [False] * (c["total"] - c["correct"]) for s, c in counts.items()})
+    summary["accuracy_norm"] = sum(c["correct_norm"] for c in counts.values()) / sum(c["total"] for c in counts.values())
+    summary["subject_counts"] = counts
+    return summary
 
 
 def official_only(benchmark: str, name: str, metrics: dict) -> dict:
@@ -174,11 +181,15 @@ def benchmark_entry(tasks: dict[str, dict]) -> dict:
 
 
 def merge_results(old: Optional[dict], new: dict) -> dict:
-    """A later run of some tasks updates those tasks and recomputes the averages over what is there."""
+    """A later run of some tasks (MMLU: subjects) updates those and recomputes the averages over what is there."""
     merged = {k: v for k, v in (old or {}).items()}
     for benchmark, result in new.items():
         if benchmark in ("glue", "superglue") and benchmark in merged:
             merged[benchmark] = benchmark_entry({**merged[benchmark].get("tasks", {}), **result["tasks"]})
+        elif benchmark == "mmlu" and benchmark in merged:
+            runs = {**merged["mmlu"].get("subject_runs", {}), **result.get("subject_runs", {})}
+            merged["mmlu"] = {**mmlu_entry({**merged["mmlu"]["subject_counts"], **result["subject_counts"]}),
+                              "subject_runs": runs, "run": sorted(set(runs.values()))}
         else:
             merged[benchmark] = result
     return merged

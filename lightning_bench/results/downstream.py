@@ -24,12 +24,15 @@ from lightning_bench.results.meta import run_meta
 from lightning_bench.results.recorder import model_size, sparsity_summary
 
 NON_BENCHMARK_KEYS = ("model", "runs", "note")
+# protocol settings that must agree for results to share an average
+COMPARABLE = ("name", "num_fewshot", "fewshot_source", "fewshot_seed", "max_samples", "max_length", "max_new_tokens",
+              "split_rule")
 SCORING_RULES = {
     "multiple_choice": "prediction = argmax of the summed log-likelihood of each choice (acc); acc_norm divides "
                        "by the choice's length in characters (lm-evaluation-harness)",
     "stsb": "probability-weighted score over the choices ' 0'..' 5'",
-    "generation": "greedy, cut at the stop string; SQuAD v2: the no-answer string -> '', no-answer probability "
-                  "= that of its first token at the first step",
+    "generation": "greedy (a clean generation config), cut at the stop string or EOS; SQuAD v2: the no-answer "
+                  "string -> '', no-answer probability = P(no-answer string | prompt)",
     "tokenization": "continuation = encode(context + choice) after its common prefix with encode(context); "
                     "no BOS added; prompts longer than max_length lose tokens from the left",
 }
@@ -99,6 +102,8 @@ class DownstreamRecorder(L.Callback):
             holder = entry["tasks"].values() if "tasks" in entry else [entry]
             for item in holder:  # each task (GLUE/SuperGLUE) or benchmark names the run that produced it
                 item["run"] = run_id
+            if benchmark == "mmlu":
+                entry["subject_runs"] = {s: run_id for s in entry["subject_counts"]}
         for logger in trainer.loggers:  # the dashboard gets the same figures (downstream/<benchmark>/<task>/<metric>)
             logger.log_metrics(flat_scores(results), step=trainer.global_step)
         stem = record_stem(pl_module, self.bits, sparsity, dm.active_protocol)
@@ -138,12 +143,18 @@ class DownstreamRecorder(L.Callback):
         old = read_json(path) if path.exists() else {}
         benchmarks = merge_results({k: v for k, v in old.items() if k not in NON_BENCHMARK_KEYS}, results)
         runs = {**old.get("runs", {}), run_id: run}
-        used = set(_run_ids(benchmarks))  # runs whose every result was replaced are dropped
-        record = {"model": model_name, **benchmarks,
-                  "runs": {k: v for k, v in runs.items() if k in used},
+        runs = {k: v for k, v in runs.items() if k in set(_run_ids(benchmarks))}  # fully replaced runs go
+        for entry in benchmarks.values():
+            # an average over results obtained with different settings (k-shot, sample limits, ...) is
+            # not one protocol's figure: say so where the average is
+            settings = {json.dumps({k: runs[r]["protocol"].get(k) for k in COMPARABLE}, sort_keys=True)
+                        for r in _entry_runs(entry)}
+            entry["mixed_protocols"] = len(settings) > 1
+        record = {"model": model_name, **benchmarks, "runs": runs,
                   "note": "GLUE/SuperGLUE/MMLU scores are fractions in [0, 1]; SQuAD scores are percentages "
                           "(the official scripts' scale). Each result's `run` names the entry of `runs` "
-                          "(protocol, data provenance, versions, config) that produced it."}
+                          "(protocol, data provenance, versions, config) that produced it; `mixed_protocols` "
+                          "marks a benchmark whose results came from runs with different settings."}
         samples_path = self.results_dir / f"{stem}_downstream.samples.jsonl"
         tasks = {s["task"] for s in samples}
         kept = []
@@ -154,10 +165,17 @@ class DownstreamRecorder(L.Callback):
         return write_json_atomic(path, record)
 
 
+def _entry_runs(entry: dict) -> set:
+    if "tasks" in entry:
+        return {t["run"] for t in entry["tasks"].values()}
+    if "subject_runs" in entry:
+        return set(entry["subject_runs"].values())
+    return {entry["run"]}
+
+
 def _run_ids(benchmarks: dict):
     for entry in benchmarks.values():
-        for item in (entry["tasks"].values() if "tasks" in entry else [entry]):
-            yield item["run"]
+        yield from _entry_runs(entry)
 
 
 def flat_scores(results: dict) -> dict[str, float]:

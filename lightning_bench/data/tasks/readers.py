@@ -16,7 +16,7 @@ from pathlib import Path
 
 from lightning_bench.data.tasks import glue, mmlu, squad, superglue
 from lightning_bench.data.tasks.registry import TaskSource, get_task
-from lightning_bench.errors import ConfigError
+from lightning_bench.errors import ConfigError, MissingData
 
 FORMATS = {"glue_tsv": glue, "superglue_jsonl": superglue, "squad_json": squad, "mmlu_csv": mmlu}
 ROLES = {"eval": "eval_split", "train": "train_split", "fewshot": "fewshot_split"}
@@ -38,11 +38,26 @@ def load_rows(task: str, split: str, data_dir: str | Path | None = None,
         rows, origin = _from_hub(source, split, fmt, max_rows)
     else:
         files = _local_files(source, split, data_dir, [paths] if isinstance(paths, (str, Path)) else paths)
-        rows = fmt.read(task, files)[:max_rows]
+        rows = first_rows(fmt.read(task, files), max_rows)
         origin = {"split": split, "files": [{"path": str(f), "sha256": _sha256(f)} for f in files]}
         if paths is None and split == source.eval_split and source.local_note:
             origin["note"] = source.local_note
     return (rows, origin) if with_origin else rows
+
+
+def first_rows(rows: list[dict], max_rows: int | None) -> list[dict]:
+    """The first `max_rows` rows, of each subset where rows have one (MNLI: N matched + N mismatched,
+    so a small N still scores both halves of the task)."""
+    if max_rows is None:
+        return rows
+    seen: dict = {}
+    kept = []
+    for row in rows:
+        key = row.get("subset")
+        if seen.get(key, 0) < max_rows:
+            seen[key] = seen.get(key, 0) + 1
+            kept.append(row)
+    return kept
 
 
 def _split(source: TaskSource, split: str) -> str:
@@ -50,7 +65,7 @@ def _split(source: TaskSource, split: str) -> str:
         return split
     resolved = getattr(source, ROLES[split])
     if resolved is None:
-        raise ConfigError(f"{source.name}: {source.benchmark} has no {split} split; pick another task or split")
+        raise MissingData(f"{source.name}: {source.benchmark} has no {split} split; pick another task or split")
     return resolved
 
 
@@ -61,7 +76,7 @@ def _sha256(path: Path) -> str:
 def _local_files(source: TaskSource, split: str, data_dir, paths: list | None) -> list[Path]:
     if paths is None:
         if split not in source.local:
-            raise ConfigError(f"{source.name}: no local file is known for split {split!r} (known: "
+            raise MissingData(f"{source.name}: no local file is known for split {split!r} (known: "
                               f"{', '.join(source.local)}); pass the files with --data.paths")
         paths = source.local[split]
     root = Path(data_dir) if data_dir is not None else None
@@ -71,7 +86,7 @@ def _local_files(source: TaskSource, split: str, data_dir, paths: list | None) -
     for f in files:
         if not f.is_file():
             what = "is a folder, not a file" if f.is_dir() else "not found"
-            raise ConfigError(f"{source.name}: {f} {what}; set --data.data_dir to a folder laid out like "
+            raise MissingData(f"{source.name}: {f} {what}; set --data.data_dir to a folder laid out like "
                               "../shared/data (glue/, superglue/, squad_v1.1/, squad_v2.0/, mmlu/) "
                               "or name the files with --data.paths")
     return files
@@ -86,11 +101,11 @@ def _from_hub(source: TaskSource, split: str, fmt, max_rows: int | None) -> tupl
         try:
             ds = load_dataset(source.hub_id, source.hub_config, split=hub_split)
         except OSError as err:  # offline or not found: the fix is local files
-            raise ConfigError(f"{source.name}: cannot load {source.hub_id} ({source.hub_config}) split {hub_split!r} "
+            raise MissingData(f"{source.name}: cannot load {source.hub_id} ({source.hub_config}) split {hub_split!r} "
                               f"from the hub ({type(err).__name__}); read local files with --data.data_dir "
                               "or --data.paths") from err
         if max_rows is not None:
             ds = ds.select(range(min(max_rows, len(ds))))
         rows += fmt.from_hub(source.name, hub_split, list(ds))
     origin = {"split": split, "hub": source.hub_id, "config": source.hub_config, "hub_splits": list(hub_splits)}
-    return rows[:max_rows], origin
+    return first_rows(rows, max_rows), origin
