@@ -1,6 +1,7 @@
 """Prompt templates (lightning_bench/evaluation/prompts.py): a request for a row of every task, gold
 indices, k-shot contexts, MMLU's original format, versions, and the fine-tuning text pairs."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -121,7 +122,7 @@ def test_squad_generation():
 
 
 def test_prompt_versions():
-    assert all(prompt_version(task).endswith("@1") for task in TASKS)
+    assert all(re.fullmatch(r".+@[0-9]+", prompt_version(task)) for task in TASKS)
     assert prompt_version("mmlu/anatomy") == PROMPT_VERSIONS["mmlu"] == "mmlu@1"
     assert PROMPT_VERSIONS["glue/sst2"] == "glue/sst2@1"
     with pytest.raises(ConfigError, match="unknown glue task 'sst'"):
@@ -142,3 +143,12 @@ def test_finetune_inputs():
     with pytest.raises(ConfigError) as info:
         finetune_input("squad", {})
     assert "squad cannot be fine-tuned" in str(info.value) and "glue/sst2" in str(info.value)
+
+
+def test_copa_alternatives_continue_the_premise_keeping_i_and_acronyms():
+    row = {"id": "0", "premise": "My radio was too loud.", "question": "effect", "label": 0,
+           "choice1": "I shut it off.", "choice2": "The neighbours complained."}
+    request = build_request("superglue/copa", row)
+    assert request.context == "My radio was too loud therefore"
+    assert request.choices == (" I shut it off.", " the neighbours complained.")
+    assert prompt_version("superglue/copa") == "superglue/copa@2"

@@ -59,8 +59,16 @@ def _copa(r: dict) -> tuple:
     premise = r["premise"].strip()
     premise = premise[:-1] if premise.endswith((".", "!")) else premise  # the connector continues the sentence
     connector = {"cause": "because", "effect": "therefore"}[r["question"]]
-    alternatives = tuple(" " + c[0].lower() + c[1:] for c in (r["choice1"], r["choice2"]))
+    alternatives = tuple(" " + _continue_sentence(c) for c in (r["choice1"], r["choice2"]))
     return f"{premise} {connector}", alternatives, r["label"]
+
+
+def _continue_sentence(text: str) -> str:
+    """Lower-case the first letter so the alternative continues the premise, unless the first word is
+    "I" or an acronym / name-like token ("I shut off the radio", "NASA ...")."""
+    first = text.split(" ", 1)[0]
+    keep = first == "I" or first.startswith("I'") or (len(first) > 1 and first[1].isupper())
+    return text if keep else text[0].lower() + text[1:]
 
 
 def _record(r: dict) -> tuple:
@@ -102,7 +110,8 @@ TEMPLATES = {
                                 f"\"{r['span2_text']}\" refer to \"{r['span1_text']}\"?\nAnswer:", YES_NO, r["label"]),
 }
 MMLU_LETTERS = ("A", "B", "C", "D")
-PROMPT_VERSIONS: dict[str, str] = {**{t: f"{t}@1" for t in (*TEMPLATES, "squad", "squad_v2")}, "mmlu": "mmlu@1"}
+PROMPT_VERSIONS: dict[str, str] = {**{t: f"{t}@1" for t in (*TEMPLATES, "squad", "squad_v2")}, "mmlu": "mmlu@1",
+                                   "superglue/copa": "superglue/copa@2"}  # @2: "I" stays upper-case
 
 
 def _benchmark(task: str) -> str:

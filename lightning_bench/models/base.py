@@ -103,7 +103,7 @@ class LanguageModule(L.LightningModule):
         limit = self.max_seq_len
         if dm is not None and limit is not None and dm.seq_len > limit:
             raise ConfigError(f"window --data.seq_len {dm.seq_len} exceeds the model's maximum context "
-                              f"{limit}; lower --data.seq_len")
+                              f"{limit}; lower --data.seq_len (downstream tasks: --data.max_length)")
 
     def configure_model(self) -> None:
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
