@@ -224,6 +224,8 @@ def test_cli_finetune_writes_a_record(family, tmp_path, capsys):
     assert code in (0, None), err
     again = _record(tmp_path / "again", f"{family}_finetune")["glue"]["tasks"]["sst2"]
     assert again["metrics"] == sst2["metrics"] and again["num_samples"] == 1
+    again_run = _record(tmp_path / "again", f"{family}_finetune")["runs"][again["run"]]
+    assert again_run["protocol"]["training"]["global_steps"] == 2  # the fit's summary, from the checkpoint
     code, _, err = run([*test, "--data.holdout_fraction", "0.7"], capsys)  # other test rows: refused
     assert code == 2 and "other test rows" in err
 

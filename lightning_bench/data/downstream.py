@@ -263,6 +263,8 @@ class DownstreamDataModule(L.LightningDataModule):
             raise ConfigError(f"the finetune protocol trains one task at a time; got {len(self.task_names)} "
                               f"({', '.join(self.task_names[:4])}...): pass one, e.g. --task glue/sst2")
         task = self.task_names[0]
+        if hp.max_samples is not None:
+            raise ConfigError("--data.max_samples limits prompted scoring; fine-tuning uses every row (drop it)")
         if task not in FINETUNE_NUM_LABELS:
             finetune_input(task, {})  # raises the one-line error listing the tasks that can be fine-tuned
         test = self._rows(task, "eval")

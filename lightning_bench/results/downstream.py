@@ -59,10 +59,30 @@ class DownstreamRecorder(L.Callback):
     def on_train_start(self, trainer, pl_module):
         self._fit_t0 = time.perf_counter()
 
-    def on_train_end(self, trainer, pl_module):
+    def _snapshot(self, trainer) -> None:
+        # taken whenever a checkpoint may be written (validation end, epoch end) and at the end
         logged = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("val/", "train/"))}
-        self.fit_summary = {"epochs": trainer.current_epoch, "global_steps": trainer.global_step,
+        per_epoch = trainer.num_training_batches
+        self.fit_summary = {"global_steps": trainer.global_step, "steps_per_epoch": per_epoch,
+                            "epochs": trainer.global_step / per_epoch if per_epoch else None,
                             "training_time": time.perf_counter() - self._fit_t0, "last_logged": logged}
+
+    def on_validation_end(self, trainer, pl_module):
+        if trainer.state.fn == "fit" and not trainer.sanity_checking:
+            self._snapshot(trainer)
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self._snapshot(trainer)
+
+    def on_train_end(self, trainer, pl_module):
+        self._snapshot(trainer)
+
+    # the training summary travels in the checkpoint, so a later `test --ckpt_path` record keeps it
+    def state_dict(self) -> dict:
+        return {"fit_summary": self.fit_summary}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.fit_summary = state.get("fit_summary", {}) or self.fit_summary
 
     # ---- test ------------------------------------------------------------------------------------
     def on_test_start(self, trainer, pl_module):
