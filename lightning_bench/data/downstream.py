@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal, Optional, Union
 
 import lightning as L
@@ -24,9 +25,10 @@ from torch.utils.data import DataLoader
 
 from lightning_bench.data.lm import EpochSeededSampler
 from lightning_bench.data.tasks import TASKS, expand_tasks, load_rows
+from lightning_bench.data.tasks.finetune import classification_collate, encode_pair, passage, split_groups
 from lightning_bench.evaluation.prompts import (FINETUNE_NUM_LABELS, Generation, MultipleChoice, build_request,
                                                 finetune_input)
-from lightning_bench.data.tokenization import WordTokenizer, build_tokenizer
+from lightning_bench.data.tokenization import build_tokenizer
 from lightning_bench.errors import ConfigError, MissingData
 from lightning_bench.evaluation import prompted
 
@@ -208,8 +210,8 @@ class DownstreamDataModule(L.LightningDataModule):
             return pool[:k]  # the original MMLU protocol: the first k dev questions, in order
         if self.hparams.fewshot_source == "eval":
             # never the query, nor another question about the same passage (it would show its answer)
-            same = _passage(row)
-            candidates = [r for r in pool if r["id"] != row["id"] and (same is None or _passage(r) != same)]
+            same = passage(row)
+            candidates = [r for r in pool if r["id"] != row["id"] and (same is None or passage(r) != same)]
         else:
             candidates = pool
         if k > len(candidates):
@@ -286,7 +288,8 @@ class DownstreamDataModule(L.LightningDataModule):
             word_text = "\n".join(t for a, b in texts["train"] for t in (a, b) if t)
             self.tokenizer = self._resolve_tokenizer(train_text=word_text)
         self.finetune = {"train": train, "validation": val, "test": test}
-        self._encoded_ft = {name: [self._encode_pair(a, b) for a, b in pairs] for name, pairs in texts.items()}
+        self._encoded_ft = {name: [encode_pair(self.tokenizer, a, b, self.seq_len) for a, b in pairs]
+                            for name, pairs in texts.items()}
 
     # ---- the checkpoint remembers which rows were the test set -----------------------------------
     def state_dict(self) -> dict:
@@ -308,34 +311,13 @@ class DownstreamDataModule(L.LightningDataModule):
 
         return hashlib.sha256("\n".join(r["id"] for r in self.finetune["test"]).encode()).hexdigest()
 
-    def _encode_pair(self, a: str, b: Optional[str]) -> list[int]:
-        """text (pair) -> ids ending in an end token: the pooled last position is the same marker for every
-        example (the word tokenizer ends each line with <eos>; HF tokenizers get their EOS appended)."""
-        text = a if b is None else a + "\n" + b
-        ids = self.tokenizer.encode(text)
-        if not isinstance(self.tokenizer, WordTokenizer):
-            end = self.tokenizer.tok.eos_token_id
-            ids = ids + ([end] if end is not None else [])
-        return ids[:self.seq_len - 1] + ids[-1:] if len(ids) > self.seq_len else ids
-
     def _finetune_loader(self, split: str, shuffle: bool) -> DataLoader:
         task = self.task_names[0]
         regression = FINETUNE_NUM_LABELS[task] == 1
         rows, encoded = self.finetune[split], self._encoded_ft[split]
         items = [(ids, float(r["label"]) if regression else int(r["label"]), i)
                  for i, (ids, r) in enumerate(zip(encoded, rows))]
-        pad = getattr(self.tokenizer, "prefix_id", 0)
-
-        def collate(batch):
-            width = max(len(ids) for ids, _, _ in batch)
-            input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for j, (ids, _, _) in enumerate(batch):
-                input_ids[j, :len(ids)], mask[j, :len(ids)] = torch.tensor(ids), 1
-            targets = torch.tensor([t for _, t, _ in batch], dtype=torch.float32 if regression else torch.long)
-            return {"kind": "classification", "input_ids": input_ids, "attention_mask": mask, "targets": targets,
-                    "row_index": torch.tensor([i for _, _, i in batch])}
-
+        collate = partial(classification_collate, pad_id=getattr(self.tokenizer, "prefix_id", 0), regression=regression)
         sampler = EpochSeededSampler(len(items), self.hparams.split_seed) if shuffle else None
         return DataLoader(items, batch_size=self.hparams.batch_size, sampler=sampler, collate_fn=collate)
 
@@ -362,22 +344,3 @@ class DownstreamDataModule(L.LightningDataModule):
             out["split_sizes"] = {k: len(v) for k, v in self.finetune.items()}
         return out
 
-
-def _passage(row: dict) -> Optional[str]:
-    for key in ("context", "paragraph", "passage"):
-        if key in row:
-            return row[key]
-    return None
-
-
-def split_groups(rows: list[dict], fraction: float, seed: int) -> tuple[list[dict], list[dict]]:
-    """(held-out part, rest): a seeded `fraction` of the rows, whole groups at a time (MultiRC's answer
-    options of one question stay together, so no question is both trained on and tested)."""
-    groups: dict = {}
-    for row in rows:
-        groups.setdefault(row.get("question_id", row["id"]), []).append(row)
-    keys = list(groups)
-    random.Random(seed).shuffle(keys)
-    n = max(1, round(fraction * len(keys))) if fraction > 0 else 0
-    held = {k for k in keys[:n]}
-    return ([r for k in keys if k in held for r in groups[k]], [r for k in keys if k not in held for r in groups[k]])
