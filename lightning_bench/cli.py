@@ -300,9 +300,15 @@ def finish_loggers(trainer) -> None:
     """Close W&B runs so an offline run is complete on disk (config, summary) when the command returns."""
     from lightning.pytorch.loggers import WandbLogger
 
+    finished = False
     for logger in getattr(trainer, "loggers", []):
         if isinstance(logger, WandbLogger) and logger._experiment is not None:
             logger.experiment.finish()
+            finished = True
+    if finished:
+        import wandb
+
+        wandb.teardown()  # waits for the W&B service to write everything out (seen: records missing under load)
 
 
 def _find_config_error(err: BaseException | None) -> ConfigError | None:

@@ -38,6 +38,7 @@ def read_records(path):
 
 
 def config_history_summary(path):
+    """(config, history rows, summary) of an offline run's `.wandb` file."""
     config, history, summary = {}, [], {}
     for record in read_records(path):
         kind = record.WhichOneof("record_type")
