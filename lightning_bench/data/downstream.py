@@ -79,6 +79,8 @@ class DownstreamDataModule(L.LightningDataModule):
         batch_size: rows per forward.
         max_new_tokens: generation limit for SQuAD answers.
         protocol: `auto` = finetune under `fit`, prompted otherwise; `finetune` to test a fine-tuned head.
+    batch_size and val_fraction default as in LMDataModule: `--task` swaps the DataModule class and
+    jsonargparse carries values of same-named options over, so equal defaults keep either path the same.
         holdout_fraction / val_fraction / split_seed: fine-tuning splits (see the module docstring).
     """
 
@@ -86,9 +88,9 @@ class DownstreamDataModule(L.LightningDataModule):
                  paths: Optional[dict[str, Union[str, list[str]]]] = None, num_fewshot: int = 0,
                  fewshot_seed: int = 1234, fewshot_source: Literal["split", "eval"] = "split",
                  max_samples: Optional[int] = None, tokenizer: str = "auto",
-                 max_length: Optional[int] = None, batch_size: int = 8, max_new_tokens: int = 32,
+                 max_length: Optional[int] = None, batch_size: int = 16, max_new_tokens: int = 32,
                  protocol: Literal["auto", "prompted", "finetune"] = "auto", holdout_fraction: float = 0.2,
-                 val_fraction: float = 0.1, split_seed: int = 1234):
+                 val_fraction: float = 0.05, split_seed: int = 1234):
         super().__init__()
         self.save_hyperparameters()
         self.task_names = expand_tasks(tasks)
