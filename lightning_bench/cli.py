@@ -156,7 +156,8 @@ class LightningBenchCLI(LightningCLI):
         if ckpt and os.path.isfile(ckpt) and self.datamodule.hparams.protocol == "auto":
             import torch
 
-            state = torch.load(ckpt, map_location="cpu", weights_only=False).get("state_dict", {})
+            # mmap: only the key names are needed, not the (possibly GB-sized) tensors
+            state = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True).get("state_dict", {})
             if any(key.startswith("task_head.") for key in state):
                 self.datamodule.hparams.protocol = "finetune"
                 print(f"{PROG}: {ckpt} holds a fine-tuned task head: scoring it with the finetune protocol",

@@ -11,6 +11,11 @@ NO_LABELS = (None, -1, "-1", "")  # how test splits hide a label: field absent, 
 FIX_PATHS = "pass labelled files with --data.paths or pick the validation split"
 
 
+def rows_of_files(task: str, paths: list[Path], file_rows, from_rows) -> list[dict]:
+    """Every file's raw rows (`file_rows(task, path)`) normalised by `from_rows(task, rows, source)`."""
+    return [row for path in paths for row in from_rows(task, file_rows(task, path), str(path))]
+
+
 def read_text(task: str, path: Path) -> str:
     """The file's text, without a byte-order mark (the MRPC files start with one)."""
     with open(path, encoding="utf-8-sig", newline="") as f:  # newline="": csv parses line ends itself

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lightning_bench.data.tasks.files import json_lines, no_rows, read_text
+from lightning_bench.data.tasks.files import json_lines, no_rows, read_text, rows_of_files
 from lightning_bench.errors import ConfigError
 
 EXPECTED = ('a SQuAD JSON file ({"data": [{"title", "paragraphs": [{"context", "qas": [...]}]}]}) '
@@ -21,10 +21,7 @@ EXPECTED = ('a SQuAD JSON file ({"data": [{"title", "paragraphs": [{"context", "
 
 
 def read(task: str, paths: list[Path]) -> list[dict]:
-    rows = []
-    for path in paths:
-        rows += from_rows(task, _file_rows(task, path), str(path))
-    return rows
+    return rows_of_files(task, paths, _file_rows, from_rows)
 
 
 def from_hub(task: str, split: str, rows: list[dict]) -> list[dict]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lightning_bench.data.tasks.files import json_lines, no_labels, no_rows, read_text, to_label
+from lightning_bench.data.tasks.files import json_lines, no_labels, no_rows, read_text, to_label, rows_of_files
 from lightning_bench.errors import ConfigError
 
 BOOL = ("False", "True")
@@ -42,10 +42,7 @@ FORMATS = {"multirc": "idx, passage{text, questions[{question, idx, answers[{tex
 
 
 def read(task: str, paths: list[Path]) -> list[dict]:
-    rows = []
-    for path in paths:
-        rows += from_rows(task, _file_rows(task, path), str(path))
-    return rows
+    return rows_of_files(task, paths, _file_rows, from_rows)
 
 
 def from_hub(task: str, split: str, rows: list[dict]) -> list[dict]:
