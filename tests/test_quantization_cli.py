@@ -32,7 +32,7 @@ def test_fit_then_test_low_bit(bits, ratio, tiny_corpus, capsys, tmp_path):
 
 
 def test_optimizer_8bit_flag_trains(tiny_corpus, capsys, tmp_path):
-    from lightning_bench.cli import run_cli
+    from lightning_bench.trainer_cli import run_cli
 
     data = ["--data", "text", "--data.path", str(tiny_corpus), "--data.seq_len", "16", "--data.batch_size", "8"]
     cli = run_cli(["fit", *MODEL, *data, *QUIET, "--optimizer_8bit", "true", "--trainer.max_steps", "2",

@@ -138,7 +138,8 @@ def _recorder(cli):
 
 
 def _run(argv: list[str]):
-    from lightning_bench.cli import PROG, finish_loggers, run_cli
+    from lightning_bench.errors import PROG
+    from lightning_bench.trainer_cli import finish_loggers, run_cli
 
     print(f"{PROG} {COMMAND}: {PROG} {shlex.join(argv)}", flush=True)
     cli = run_cli(argv)
