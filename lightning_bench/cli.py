@@ -22,7 +22,9 @@ def list_aliases(argv: list[str]) -> int:
 
     print("models: " + ", ".join(f"{k} ({v})" for k, v in sorted(MODEL_ALIASES.items())))
     print("data:   " + ", ".join(DATA_ALIASES))
-    print("task:   glue, superglue, squad, squad_v2, mmlu, or one task: glue/sst2, superglue/boolq, mmlu/anatomy, ...")
+    from lightning_bench.data.tasks import BENCHMARKS
+
+    print("task:   " + ", ".join(BENCHMARKS) + ", or one task: glue/sst2, superglue/boolq, mmlu/anatomy, ...")
     return 0
 
 

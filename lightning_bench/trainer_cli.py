@@ -12,7 +12,6 @@ dispatches to both.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -61,6 +60,8 @@ class LightningBenchCLI(LightningCLI):
         parser.add_argument("--sparsity.chunk_size", type=int, default=16,
                             help="tokens fed per streaming step (1 = exact per-token streaming)")
         parser.add_argument("--sparsity.interval", type=int, default=1, help="compress every N chunks")
+        parser.add_argument("--sparsity.params", type=Optional[dict], default=None,
+                            help="the method's parameters, e.g. '{recent_ratio: 0.3}' (sparsity/methods.py)")
         parser.add_argument("--sparsity.rerotate", type=bool, default=False,
                             help="re-rotate kept keys to contiguous RoPE positions")
         parser.add_argument("--optimizer_8bit", type=bool, default=False,
@@ -103,7 +104,8 @@ class LightningBenchCLI(LightningCLI):
             from lightning_bench.quantization import QuantizationCallback
 
             trainer.callbacks.append(QuantizationCallback(cfg.bits))
-        self.model.optimizer_8bit = cfg.optimizer_8bit
+        if cfg.optimizer_8bit:
+            self.model.use_8bit_optimizer()
         if cfg.sparsity.method is not None:
             if self.subcommand == "fit":
                 raise ConfigError("--sparsity applies to validate/test/predict, not fit")
@@ -111,7 +113,9 @@ class LightningBenchCLI(LightningCLI):
 
             sp = cfg.sparsity
             trainer.callbacks.append(SparsityCallback(sp.method, sp.ratio, sp.budget_tokens, sp.chunk_size,
-                                                      sp.interval, sp.rerotate))
+                                                      sp.interval, sp.rerotate, sp.params))
+        elif cfg.sparsity.params:
+            raise ConfigError("--sparsity.params needs a method: --sparsity METHOD")
         if cfg.profile:
             from lightning_bench.profiling import ProfilingCallback
 
@@ -119,12 +123,15 @@ class LightningBenchCLI(LightningCLI):
                 raise unknown_name("flop counter", cfg.flop_counter, ["torch", "fvcore"])
             trainer.callbacks.append(ProfilingCallback(counter=cfg.flop_counter))
         if self._downstream:
+            from lightning_bench.evaluation.evaluator import TaskEvaluator
             from lightning_bench.results.downstream import DownstreamRecorder
 
             if self.subcommand not in ("fit", "test"):
                 raise ConfigError(f"--task runs with `fit` (fine-tuning) or `test` (prompted scoring), "
                                   f"not `{self.subcommand}`")
-            trainer.callbacks.append(DownstreamRecorder(cfg.results_dir, cfg.bits, config, seed, note))
+            evaluator = TaskEvaluator()  # scores the test loop; the recorder writes what it scored
+            trainer.callbacks += [evaluator, DownstreamRecorder(evaluator, cfg.results_dir, cfg.bits, config, seed,
+                                                                note)]
             return trainer
         trainer.callbacks.append(ResultsRecorder(cfg.results_dir, cfg.bits, config, seed, note))
         if self.subcommand == "predict":
@@ -135,27 +142,14 @@ class LightningBenchCLI(LightningCLI):
 
     @property
     def _downstream(self) -> bool:
-        from lightning_bench.data.downstream import DownstreamDataModule
+        from lightning_bench.data.downstream import TaskDataModule
 
-        return isinstance(self.datamodule, DownstreamDataModule)
+        return isinstance(self.datamodule, TaskDataModule)
 
     def before_test(self) -> None:
-        """A fine-tuned checkpoint (it holds a task head) is scored with its head, not prompted: the
-        DataModule is set up before the checkpoint loads, so the protocol is chosen here."""
-        if not self._downstream:
-            return
-        if self.trainer.limit_test_batches not in (None, 1.0):
+        # the protocol (prompted / fine-tuned head) was chosen with the DataModule class, in expand_aliases
+        if self._downstream and self.trainer.limit_test_batches not in (None, 1.0):
             raise ConfigError("--trainer.limit_test_batches would leave requests unscored; use --data.max_samples")
-        ckpt = self.config_init[self.subcommand].get("ckpt_path")
-        if ckpt and os.path.isfile(ckpt) and self.datamodule.hparams.protocol == "auto":
-            import torch
-
-            # mmap: only the key names are needed, not the (possibly GB-sized) tensors
-            state = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True).get("state_dict", {})
-            if any(key.startswith("task_head.") for key in state):
-                self.datamodule.hparams.protocol = "finetune"
-                print(f"{PROG}: {ckpt} holds a fine-tuned task head: scoring it with the finetune protocol",
-                      file=sys.stderr)
 
     def after_fit(self) -> None:
         from lightning_bench.results.recorder import ResultsRecorder
@@ -169,13 +163,11 @@ class LightningBenchCLI(LightningCLI):
                 callback.finish_fit(self.trainer, self.model)
 
 
-DOWNSTREAM_DATA = "lightning_bench.data.DownstreamDataModule"
-
-
 def expand_aliases(argv: list[str]) -> list[str]:
     """`--model transformer` -> class path; `--data ptb` -> `--data.source ptb` (LMDataModule);
-    `--task glue/sst2` (repeatable, or comma-separated) -> the DownstreamDataModule with those tasks."""
-    argv, tasks = _take_tasks(argv)
+    `--task glue/sst2` (repeatable, or comma-separated) -> the task DataModule of the command's protocol
+    (data/downstream/protocol.py: fit fine-tunes, test prompts or scores a fine-tuned checkpoint's head)."""
+    argv, tasks, task_data = _take_tasks(argv)
     out, i = [], 0
     if tasks:
         # the data class must follow the configs (which may name another DataModule) and precede any
@@ -186,7 +178,7 @@ def expand_aliases(argv: list[str]) -> list[str]:
                 head = j + 2
             elif arg.startswith("--config="):
                 head = j + 1
-        out, argv = [*argv[:head], "--data", DOWNSTREAM_DATA, "--data.tasks", ",".join(tasks)], argv[head:]
+        out, argv = [*argv[:head], "--data", task_data, "--data.tasks", ",".join(tasks)], argv[head:]
     while i < len(argv):
         arg = argv[i]
         key, value, consumed = None, None, 1
@@ -222,23 +214,32 @@ def expand_aliases(argv: list[str]) -> list[str]:
     return out
 
 
-def _take_tasks(argv: list[str]) -> tuple[list[str], list[str]]:
-    rest, tasks, i = [], [], 0
+def _take_tasks(argv: list[str]) -> tuple[list[str], list[str], Optional[str]]:
+    """(argv without --task / --data.protocol, the tasks, the class path of their DataModule)."""
+    rest, values, i = [], {"--task": [], "--data.protocol": [], "--ckpt_path": []}, 0
     while i < len(argv):
-        if argv[i] == "--task" and i + 1 < len(argv):
-            tasks.append(argv[i + 1])
-            i += 2
-        elif argv[i].startswith("--task="):
-            tasks.append(argv[i].split("=", 1)[1])
-            i += 1
+        flag, _, inline = argv[i].partition("=")
+        if flag in values and (inline or i + 1 < len(argv)):
+            values[flag].append(inline or argv[i + 1])
+            i += 1 if inline else 2
+            if flag == "--ckpt_path":  # Lightning reads it too
+                rest += [flag, values[flag][-1]]
         else:
             rest.append(argv[i])
             i += 1
-    if tasks:
-        from lightning_bench.data.tasks import expand_tasks
+    tasks = values["--task"]
+    if not tasks:
+        return [*rest, *(a for p in values["--data.protocol"] for a in ("--data.protocol", p))], tasks, None
+    from lightning_bench.data.downstream.protocol import PROTOCOL_CLASSES, choose_protocol
+    from lightning_bench.data.tasks import expand_tasks
 
-        expand_tasks(",".join(tasks))  # unknown names fail here, in one line, before anything loads
-    return rest, tasks
+    expand_tasks(",".join(tasks))  # unknown names fail here, in one line, before anything loads
+    subcommand = argv[0] if argv and not argv[0].startswith("-") else None
+    ckpt = values["--ckpt_path"][-1] if values["--ckpt_path"] else None
+    protocol = choose_protocol(subcommand, ckpt, (values["--data.protocol"] or ["auto"])[-1])
+    if protocol == "finetune" and subcommand != "fit" and ckpt:
+        print(f"{PROG}: {ckpt}: scoring with the finetune protocol (its task head)", file=sys.stderr)
+    return rest, tasks, PROTOCOL_CLASSES[protocol]
 
 
 def run_cli(argv: list[str]) -> LightningBenchCLI:

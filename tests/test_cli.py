@@ -169,3 +169,25 @@ def test_predict_saves_per_token_nll(tiny_corpus, capsys, tmp_path):
     nll = torch.cat([w.flatten() for w in saved["windows"]])
     scored = nll[~nll.isnan()]
     assert len(scored) == saved["protocol"]["units"]["tokens"] and (scored > 0).all()
+
+
+def test_callbacks_contribute_their_own_record_fields(tiny_corpus, tmp_path):
+    import lightning as L
+
+    from lightning_bench.results.recorder import PERF_FIELDS, ResultsRecorder
+    from tests.helpers import quiet_trainer, tiny_data, tiny_model
+
+    class Tagger(L.Callback):
+        record_keys = ("tag",)
+
+        def record_fields(self, trainer, pl_module):
+            return {"tag": {"model": pl_module.model_name}}
+
+    dm = tiny_data(tiny_corpus)
+    dm.setup("test")
+    recorder = ResultsRecorder(str(tmp_path))
+    quiet_trainer(limit_test_batches=1, callbacks=[Tagger(), recorder]).test(tiny_model(dm.vocab_size), datamodule=dm,
+                                                                              verbose=False)
+    record = json.loads(recorder.written["test"].read_text())
+    assert record["tag"] == {"model": "transformer"} and list(record)[-1] == "tag"  # after the recorder's own
+    assert all(key in record for key in PERF_FIELDS) and record["peak_memory_mb"] > 0  # no profiling: memory only

@@ -7,7 +7,6 @@ plain forward of the same network, so a wrong offset, a misaligned label or a mi
 import json
 import math
 import shutil
-import types
 from pathlib import Path
 
 import pytest
@@ -96,15 +95,23 @@ def test_left_truncation_keeps_the_continuation(gpt2):
         assert len(row.tokens) <= 16 and row.truncated > 0 and row.tokens[row.scored_from + 1:] == row.targets[:-1]
 
 
+class KeepEverything:
+    """Stands in for an applied KV eviction that evicts nothing: its logits are the network's own."""
+
+    def logits(self, module, input_ids, logits_to_keep):
+        return module.network_forward(input_ids, logits_to_keep).logits
+
+
 def test_greedy_generation_through_lm_forward_equals_hf_generate(tiny_module, gpt2):
     ids = torch.tensor([gpt2.encode("Title: x\n\nQuestion: what?\n\nAnswer:")])
     batch = {"input_ids": ids, "request_id": torch.tensor([0])}
     cached = prompted.generate(tiny_module, batch, tokenizer=gpt2, max_new_tokens=6)
-    tiny_module.lm_forward = types.MethodType(type(tiny_module).lm_forward, tiny_module)  # as if patched
+    previous = getattr(tiny_module, "active_eviction", None)
+    tiny_module.active_eviction = KeepEverything()  # as under KV eviction: every step through lm_forward
     try:
         recomputed = prompted.generate(tiny_module, batch, tokenizer=gpt2, max_new_tokens=6, no_answer_tokens=[7, 8])
     finally:
-        del tiny_module.__dict__["lm_forward"]
+        tiny_module.active_eviction = previous
     assert cached["tokens"] == recomputed["tokens"] and len(cached["tokens"][0]) == 6
     na_prob = math.exp(by_hand(tiny_module, ids[0].tolist() + [7, 8], 2))  # P(7, 8 | prompt)
     assert recomputed["no_answer_prob"][0] == pytest.approx(na_prob, rel=1e-4)
@@ -144,7 +151,7 @@ def test_cli_prompted_record_matches_scores_by_hand(tiny_hf, tiny_module, gpt2, 
     assert all(1 <= s["generated_tokens"] <= 4 for s in samples if s["task"] == "squad_v2")
     first = next(s for s in samples if s["task"] == "glue/sst2")
     from lightning_bench.data.tasks import load_rows
-    from lightning_bench.evaluation.prompts import build_request
+    from lightning_bench.data.tasks.requests import build_request
 
     row = load_rows("glue/sst2", "eval", data_dir=str(TASK_DATA))[0]
     request = build_request("glue/sst2", row)

@@ -121,7 +121,7 @@ def test_mamba_excludes_ssm_parameters_from_weight_decay():
     from types import SimpleNamespace
 
     model = MambaLM(d_model=16, n_layer=1, d_state=4, vocab_size=30)
-    model._trainer = SimpleNamespace(estimated_stepping_batches=10)  # all the optimizer reads from it
+    model.trainer = SimpleNamespace(estimated_stepping_batches=10)  # all the optimizer reads from it
     decay, no_decay = model.configure_optimizers()["optimizer"].param_groups
     names = {id(p): n for n, p in model.named_parameters()}
     assert any(names[id(p)].endswith("A_log") for p in no_decay["params"])

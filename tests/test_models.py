@@ -12,7 +12,7 @@ from tests.helpers import quiet_trainer, tiny_data, tiny_model
 
 def test_no_weight_decay_on_norms_biases_embeddings():
     model = tiny_model(50, tie_embeddings=False)
-    model._trainer = SimpleNamespace(estimated_stepping_batches=10)  # all the optimizer reads from it
+    model.trainer = SimpleNamespace(estimated_stepping_batches=10)  # all the optimizer reads from it
     optimizer = model.configure_optimizers()["optimizer"]
     decay, no_decay = optimizer.param_groups
     names = {id(p): n for n, p in model.named_parameters()}

@@ -1,15 +1,18 @@
-"""Prompt templates (lightning_bench/evaluation/prompts.py): a request for a row of every task, gold
-indices, k-shot contexts, MMLU's original format, versions, and the fine-tuning text pairs."""
+"""Prompts built from the task definitions (lightning_bench/data/tasks/definitions/, assembled by
+data/tasks/requests.py): a request for a row of every task, gold indices, k-shot contexts, MMLU's
+original format, versions, the fine-tuning text pairs, and every registered definition complete."""
 
 import re
 from pathlib import Path
 
 import pytest
 
-from lightning_bench.data.tasks import TASKS, load_rows
+from lightning_bench.data.tasks import TASKS, check_definition, get_task, load_rows, local_layout
 from lightning_bench.errors import ConfigError
-from lightning_bench.evaluation.prompts import (FINETUNE_NUM_LABELS, PROMPT_VERSIONS, Generation, MultipleChoice,
-                                                build_request, finetune_input, prompt_version)
+from lightning_bench.data.tasks.requests import Generation, MultipleChoice, build_request, finetune_input, prompt_version
+from lightning_bench.evaluation.task_metrics import KNOWN_METRICS
+
+FINETUNE_NUM_LABELS = {name: t.finetune.num_labels for name, t in TASKS.items() if t.finetune is not None}
 
 TASK_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tasks"
 FILES = {
@@ -21,7 +24,8 @@ FILES = {
     "superglue/multirc": "superglue/MultiRC/val.jsonl", "superglue/record": "superglue/ReCoRD/val.jsonl",
     "superglue/rte": "superglue/RTE/val.jsonl", "superglue/wic": "superglue/WiC/val.jsonl",
     "superglue/wsc": "superglue/WSC/val.jsonl", "squad": "squad_v1.1/dev.json", "squad_v2": "squad_v2.0/dev.json",
-    "mmlu/astronomy": "mmlu/test/astronomy_test.csv",
+    "mmlu/astronomy": "mmlu/test/astronomy_test.csv", "superglue/axb": "superglue/AX-b/AX-b.jsonl",
+    "superglue/axg": "superglue/AX-g/AX-g.jsonl",
 }
 HEADED = {"squad_v2", "mmlu/astronomy"}
 # task -> the gold continuation of each fixture row (checks that label i maps to the right word)
@@ -34,11 +38,12 @@ GOLD = {
     "superglue/copa": [" it was left in the sun.", " the ball rolled away."],
     "superglue/multirc": [" yes", " no", " yes", " no", " yes", " yes", " no"], "superglue/rte": [" True", " False"],
     "superglue/wic": [" no", " yes"], "superglue/wsc": [" yes", " no"], "mmlu/astronomy": [" B", " A", " B"],
+    "superglue/axb": [" True", " False", " False", " True"], "superglue/axg": [" False", " False", " True", " True"],
 }
 
 
 def rows(task):
-    return load_rows(task, "validation", paths=[TASK_FIXTURES / FILES[task]])
+    return load_rows(task, get_task(task).splits.eval, paths=[TASK_FIXTURES / FILES[task]])
 
 
 @pytest.mark.parametrize("task", FILES)
@@ -58,7 +63,7 @@ def test_zero_and_k_shot_requests(task):
             gold = request.gold[0] if isinstance(request.gold, tuple) else request.gold
             assert request.context[len(head):] + request.choices[gold] + "\n\n" in k_shot.context
     else:
-        assert zero.stop == "\n" and zero.answers == tuple(query["answers"])
+        assert zero.stop == ("\n",) and zero.answers == tuple(query["answers"])
         for shot in shots:
             answer = (shot["answers"] or ["unanswerable"])[0]
             assert build_request(task, shot).context[len(head):] + f" {answer}\n\n" in k_shot.context
@@ -123,8 +128,8 @@ def test_squad_generation():
 
 def test_prompt_versions():
     assert all(re.fullmatch(r".+@[0-9]+", prompt_version(task)) for task in TASKS)
-    assert prompt_version("mmlu/anatomy") == PROMPT_VERSIONS["mmlu"] == "mmlu@1"
-    assert PROMPT_VERSIONS["glue/sst2"] == "glue/sst2@1"
+    assert prompt_version("mmlu/anatomy") == get_task("mmlu/astronomy").template_version == "mmlu@1"
+    assert prompt_version("glue/sst2") == "glue/sst2@1"
     with pytest.raises(ConfigError, match="unknown glue task 'sst'"):
         build_request("glue/sst", {})
 
@@ -152,3 +157,23 @@ def test_copa_alternatives_continue_the_premise_keeping_i_and_acronyms():
     assert request.context == "My radio was too loud therefore"
     assert request.choices == (" I shut it off.", " the neighbours complained.")
     assert prompt_version("superglue/copa") == "superglue/copa@2"
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_every_definition_is_complete_and_renders_a_fixture_row(name):
+    task = TASKS[name]
+    assert check_definition(task) == [] and set(task.metrics) <= KNOWN_METRICS
+    assert task.splits.eval in local_layout(task)  # a local data folder can serve its eval split
+    fixture = name if name in FILES else f"{task.benchmark}/astronomy"  # every MMLU subject shares one template
+    row = rows(fixture)[0]
+    request = build_request(name, row, rows(fixture)[1:2])
+    assert request.context.endswith(build_request(name, row).context[len(task.description):])
+    if task.output_type == "multiple_choice":
+        golds = request.gold if isinstance(request.gold, tuple) else (request.gold,)
+        assert request.choices and golds and all(0 <= g < len(request.choices) for g in golds)
+        assert len(request.choices) == (task.num_classes or len(request.choices))
+    else:
+        assert request.stop == task.generation.stop and request.answers == tuple(row["answers"])
+    if task.finetune is not None:
+        a, b = finetune_input(name, row)
+        assert a and (b is None) == (task.finetune.text_pair[1] is None and task.finetune.input is None)

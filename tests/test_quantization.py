@@ -9,7 +9,7 @@ from torch import nn
 from lightning_bench.errors import ConfigError
 from lightning_bench.models import MambaLM, ResNetBKLM, TransformerLM
 from lightning_bench.quantization import (NF4_CODE, FakeQuantWeight, QuantizationCallback, adamw8bit,
-                                          bk_activation_bits, dequantized_weight, export_lowbit, exported_size,
+                                          activation_quant_bits, dequantized_weight, export_lowbit, exported_size,
                                           fixed_range_fake_quant, int8_fake_quant, int8_quantize, is_exported,
                                           is_qat, load_pretrained_lowbit, nf4_fake_quant, nf4_quantize,
                                           plan_quantization, prepare_qat, size_breakdown)
@@ -128,7 +128,9 @@ def test_plan_skips_refuses_and_keeps_state_dict_keys():
     with pytest.raises(ConfigError, match="tied"):
         plan_quantization(lm.net, 8, skip_modules=())
     mamba = MambaLM(d_model=32, n_layer=1, vocab_size=50)  # its scan reads dt_proj.weight directly
-    assert "backbone.layers.0.mixer.dt_proj" in plan_quantization(mamba.net, 8).kept_fp32
+    plan = plan_quantization(mamba.net, 8, layers=mamba.quantizable_layers())
+    assert "backbone.layers.0.mixer.dt_proj" in plan.kept_fp32
+    assert "backbone.layers.0.mixer.dt_proj" not in plan_quantization(mamba.net, 8).kept_fp32  # the model says so
     # QAT checkpoints are plain fp32 checkpoints, loadable both ways
     qat, plain = linear_stack(seed=1), linear_stack(seed=2)
     prepare_qat(qat, 8)
@@ -154,10 +156,11 @@ FAMILIES = {
 def test_qat_steps_then_export(family, bits):
     torch.manual_seed(0)
     model = FAMILIES[family]()
-    plan = prepare_qat(model.net, bits)
+    layers = model.quantizable_layers()  # ResNet-BK: its potential v and features G are fake-quantized too
+    plan = prepare_qat(model.net, bits, layers=layers)
     assert "lm_head" in plan.kept_fp32 and is_qat(model.net)
+    assert activation_quant_bits(model.net) == (8 if family == "bk" else None)
     if family == "bk":
-        assert bk_activation_bits(model.net) == 8
         if bits == 4:
             assert "blocks.0.layer.bk_out" in plan.kept_fp32  # Linear(2 -> d): narrower than a block
     before = {k: v.clone() for k, v in model.net.state_dict().items()}
@@ -175,10 +178,10 @@ def test_qat_steps_then_export(family, bits):
     model.eval()
     with torch.no_grad():
         fake = model.lm_forward(ids).logits
-    report = export_lowbit(model.net, bits)
+    report = export_lowbit(model.net, bits, layers=layers)
     assert report.max_dequant_error == 0.0 and is_exported(model.net) and not is_qat(model.net)
     if family == "bk":
-        assert report.act_bits == 8 and bk_activation_bits(model.net) == 8  # v / G hooks on the new modules
+        assert report.act_bits == 8 and activation_quant_bits(model.net) == 8  # v / G hooks on the new modules
     with torch.no_grad():
         real = model.lm_forward(ids).logits
     tolerance = 1e-4 if bits == 4 else 0.02 * fake.abs().max()

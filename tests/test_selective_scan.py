@@ -82,8 +82,8 @@ def test_scan_directions_used_by_the_backward(reverse, shifted):
         coef = a
     expected = (sequential_scan(coef.flip(0), b.flip(0), 0).flip(0) if reverse else sequential_scan(coef, b, 0))
     for chunk_size in (0, 2, 4):
-        torch.testing.assert_close(ss._LinearScan.apply(a, b, chunk_size, reverse, shifted), expected)
-    assert gradcheck(lambda a, b: ss._LinearScan.apply(a, b, 4, reverse, shifted),
+        torch.testing.assert_close(ss.LinearScan.apply(a, b, chunk_size, reverse, shifted), expected)
+    assert gradcheck(lambda a, b: ss.LinearScan.apply(a, b, 4, reverse, shifted),
                      (a.requires_grad_(), b.requires_grad_()))
 
 
@@ -163,13 +163,13 @@ def test_cache_and_kernel_cases_go_to_transformers_forward(monkeypatch):
 
     mixer = fast.net.backbone.layers[0].mixer
     cpu, accel = torch.empty(1, 2, 16), torch.empty(1, 2, 16, device="meta")
-    monkeypatch.setattr(ss, "_KERNEL_PACKAGES_INSTALLED", True)  # as with mamba-ssm installed
-    assert ss._use_transformers_forward(mixer, accel, None, {})  # kernels on the accelerator: untouched
-    assert not ss._use_transformers_forward(mixer, cpu, None, {})  # mamba-ssm has no CPU kernels
-    assert ss._use_transformers_forward(mixer, cpu, object(), {})  # a cache
-    assert ss._use_transformers_forward(mixer, cpu, None, {"seq_idx": torch.zeros(1)})
-    monkeypatch.setattr(ss, "_KERNEL_PACKAGES_INSTALLED", False)
-    assert not ss._use_transformers_forward(mixer, accel, None, {})  # no kernels: the parallel scan
+    monkeypatch.setattr(ss, "KERNEL_PACKAGES_INSTALLED", True)  # as with mamba-ssm installed
+    assert ss.use_transformers_forward(mixer, accel, None, {})  # kernels on the accelerator: untouched
+    assert not ss.use_transformers_forward(mixer, cpu, None, {})  # mamba-ssm has no CPU kernels
+    assert ss.use_transformers_forward(mixer, cpu, object(), {})  # a cache
+    assert ss.use_transformers_forward(mixer, cpu, None, {"seq_idx": torch.zeros(1)})
+    monkeypatch.setattr(ss, "KERNEL_PACKAGES_INSTALLED", False)
+    assert not ss.use_transformers_forward(mixer, accel, None, {})  # no kernels: the parallel scan
 
 
 def test_patched_model_deepcopies_and_pickles():

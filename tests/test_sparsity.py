@@ -158,6 +158,25 @@ def test_streaming_llm_keeps_exactly_sinks_and_recent_and_cache_shrinks(net):
     assert state.positions[0][0, 0, 1:].tolist() == list(range(17))
 
 
+def test_methods_declare_their_parameters():
+    for name, cls in METHODS.items():
+        for param, spec in cls.param_specs().items():
+            assert spec["description"], (name, param)
+            assert spec["low"] is not None or spec["choices"] is not None or param == "seed", (name, param)
+        assert make_method(name).describe() == {"method": name, **{p: s["default"]
+                                                                 for p, s in cls.param_specs().items()}}
+    assert make_method("h2o", recent_ratio=1).recent_ratio == 1.0  # a YAML integer for a ratio
+    with pytest.raises(ConfigError, match=r"^unknown parameters recent, x for sparsity method 'h2o'; "
+                                          r"valid: recent_ratio$"):
+        make_method("h2o", recent=0.5, x=1)
+    with pytest.raises(ConfigError, match=r"h2o parameter recent_ratio must be in \[0.0, 1.0\], got 1.5"):
+        make_method("h2o", recent_ratio=1.5)
+    with pytest.raises(ConfigError, match="odd"):
+        make_method("snapkv", kernel=4)
+    with pytest.raises(ConfigError, match="sum to 1"):
+        make_method("cab", local_ratio=0.5)
+
+
 def test_budget_rounding():
     n = torch.tensor([10, 512, 7])
     assert budget(n, 0.7).tolist() == [3, 154, 3]  # ceil(0.3 * n) without float fuzz (0.3 * 10 = 3.0000000000000004)

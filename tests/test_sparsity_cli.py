@@ -25,11 +25,23 @@ def test_sparsity_records_next_to_dense(tiny_corpus, capsys, tmp_path):
     assert zero["sparsity"]["cache_fraction"] == pytest.approx(1.0)
     assert half["sparsity"]["method"] == "h2o" and 0.4 < half["sparsity"]["cache_fraction"] < 0.85
     assert half["metrics"]["scored_tokens"] == dense["metrics"]["scored_tokens"]
+    assert half["sparsity"]["recent_ratio"] == 0.5  # the method's parameters are recorded
+
+
+def test_sparsity_params_reach_the_method_and_the_record(tiny_corpus, capsys, tmp_path):
+    code, _, err = _test(tiny_corpus, capsys, "--sparsity", "h2o", "--sparsity.ratio", "0.5",
+                         "--sparsity.params", "{recent_ratio: 0.25}")
+    assert code in (0, None), err
+    record = json.loads((tmp_path / "r" / "transformer_tiny_corpus_seq32_bits32_test_h2o_s0.5.json").read_text())
+    assert record["sparsity"]["recent_ratio"] == 0.25
 
 
 @pytest.mark.parametrize("extra,expected", [
     (["--sparsity", "h3o", "--sparsity.ratio", "0.5"], "unknown"),
     (["--sparsity", "h2o", "--sparsity.ratio", "1.0"], "ratio"),
+    (["--sparsity", "h2o", "--sparsity.ratio", "0.5", "--sparsity.params", "{recent: 0.3}"],
+     "unknown parameter recent for sparsity method 'h2o'; valid: recent_ratio"),
+    (["--sparsity.params", "{recent_ratio: 0.3}"], "needs a method"),
 ])
 def test_bad_sparsity_is_one_line(extra, expected, tiny_corpus, capsys):
     code, _, err = _test(tiny_corpus, capsys, *extra)

@@ -10,9 +10,11 @@ import torch
 import yaml
 
 from lightning_bench.errors import ConfigError
-from lightning_bench.experiments.sweep import load_config, parse_config
+from lightning_bench.experiments.core.config import parse_command
+from lightning_bench.experiments.sweep.config import SweepConfig
 from lightning_bench.sparsity import METHODS
 from lightning_bench.sparsity.callback import SparsityCallback
+from lightning_bench.sparsity.eviction import StreamingEviction
 from lightning_bench.sparsity.streaming import streaming_logits
 from tests.helpers import quiet_trainer, tiny_data, tiny_model
 from tests.test_cli import run
@@ -121,7 +123,7 @@ def test_callback_at_sparsity_zero_equals_the_plain_test_run(data_and_model):
     plain_nll = torch.cat([b.flatten() for b in quiet_trainer().predict(model, datamodule=dm)])
     callback = SparsityCallback("h2o", ratio=0.0, chunk_size=3)
     quiet_trainer(callbacks=[callback]).test(model, datamodule=dm, verbose=False)
-    assert "lm_forward" not in model.__dict__  # the module's own forward is back
+    assert model.active_eviction is None  # the eviction was left: the module's own forward is back
     assert model.last_eval["test"]["scored_tokens"] == plain["scored_tokens"]
     assert model.last_eval["test"]["loss"] == pytest.approx(plain["loss"], rel=1e-6)
     summary = callback.summary()
@@ -148,6 +150,29 @@ def test_callback_at_half_sparsity_halves_the_cache(data_and_model):
     assert model.last_eval["test"]["loss"] != pytest.approx(dense_loss, rel=1e-6)  # eviction changed the scores
 
 
+def test_eviction_is_left_whatever_happens(data_and_model, monkeypatch):
+    dm, model = data_and_model
+    eviction = StreamingEviction.build("h2o", ratio=0.5, chunk_size=4)
+    ids = torch.randint(0, dm.vocab_size, (2, 12))
+    with eviction.applied(model):
+        assert model.active_eviction is eviction
+        evicted = model.lm_forward(ids).logits
+    torch.testing.assert_close(evicted, streaming_logits(model.net, ids, None, "h2o", sparsity=0.5, chunk_size=4)[0])
+    assert eviction.totals["tokens"] == 24 and model.active_eviction is None
+    with pytest.raises(ZeroDivisionError), eviction.applied(model):
+        1 / 0
+    assert model.active_eviction is None
+
+    def failing_step(batch, batch_idx):
+        assert model.active_eviction is not None  # the stage runs under the eviction
+        raise ZeroDivisionError
+
+    monkeypatch.setattr(model, "test_step", failing_step)
+    with pytest.raises(ZeroDivisionError):
+        quiet_trainer(callbacks=[SparsityCallback("h2o", ratio=0.5)]).test(model, datamodule=dm, verbose=False)
+    assert model.active_eviction is None
+
+
 def _one_line(err):
     assert "\n" not in str(err.value)
     return str(err.value)
@@ -172,7 +197,7 @@ def test_callback_bad_inputs_are_one_line_config_errors(data_and_model):
     with pytest.raises(ConfigError) as err:
         quiet_trainer(callbacks=[SparsityCallback("h2o", budget_tokens=17)]).test(model, datamodule=dm, verbose=False)
     assert "larger than the evaluation window" in _one_line(err)
-    assert "lm_forward" not in model.__dict__
+    assert model.active_eviction is None
     for family in (MambaLM(d_model=16, n_layer=1, vocab_size=dm.vocab_size),
                    ResNetBKLM(d_model=16, n_layers=1, vocab_size=dm.vocab_size, max_seq_len=16)):
         with pytest.raises(ConfigError) as err:
@@ -183,7 +208,7 @@ def test_callback_bad_inputs_are_one_line_config_errors(data_and_model):
 # ---- the sweep -------------------------------------------------------------------------------------
 def tiny_sweep(tmp_path, tiny_corpus, **changes) -> Path:
     config = {
-        "model": {"class_path": "transformer",
+        "model": {"class_path": "lightning_bench.models.TransformerLM",
                   "init_args": {"n_layer": 1, "d_model": 32, "n_head": 4, "n_kv_head": 2, "max_seq_len": 64}},
         "datasets": {"tiny": {"source": "text", "path": str(tiny_corpus), "tokenizer": "word", "max_tokens": 48}},
         "eval_batch_size": 2,
@@ -207,7 +232,7 @@ def sweep(capsys, *argv):
 
 
 def test_sweep_writes_the_benchmark_json_and_resumes(tmp_path, tiny_corpus, capsys, monkeypatch):
-    from lightning_bench.experiments import sweep as sweep_module
+    from lightning_bench.experiments.sweep import runner as sweep_module
 
     config = tiny_sweep(tmp_path, tiny_corpus)
     out = sweep(capsys, "--config", str(config))
@@ -270,36 +295,77 @@ def test_sweep_writes_the_benchmark_json_and_resumes(tmp_path, tiny_corpus, caps
     assert resumed["h2o"]["sparsity_sweep"]["0.5"]["perplexity"] == pytest.approx(cell["perplexity"], rel=1e-9)
 
 
+TIMINGS = ("seconds", "tokens_per_second")
+
+
+def without_timings(results: dict) -> dict:
+    return {d: {m: {sw: {k: {f: v for f, v in cell.items() if f not in TIMINGS} for k, cell in cells.items()}
+                    for sw, cells in sweeps.items()} for m, sweeps in methods.items()}
+            for d, methods in results.items()}
+
+
+def test_sweep_killed_by_sigkill_resumes_to_the_same_json(tmp_path, tiny_corpus, capsys):
+    """kill -9 in the middle of a sweep, then the same command: the final JSON is the uninterrupted one."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    config = tiny_sweep(tmp_path, tiny_corpus)
+    sweep(capsys, "--config", str(config))
+    killed = tmp_path / "killed.json"
+    proc = subprocess.Popen([sys.executable, "-m", "lightning_bench.cli", "sweep", "--config", str(config),
+                             "--output", str(killed)], env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline and not killed.exists():
+        time.sleep(0.02)  # the file appears (atomically) once the first cell is done
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    partial = json.loads(killed.read_text())
+    assert 1 <= partial["cells_done"] < 11 and not partial["complete"]
+    out = sweep(capsys, "--config", str(config), "--output", str(killed))
+    assert out.count("skipped") == partial["cells_done"] and "11/11" in out
+    resumed, reference = json.loads(killed.read_text()), json.loads((tmp_path / "sweep.json").read_text())
+    assert without_timings(resumed["results"]) == without_timings(reference["results"])
+    assert resumed["complete"] and resumed["fingerprint"] == reference["fingerprint"]
+
+
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.name)
-def test_presets_load_and_validate_with_the_sweep_parser(preset):
-    cfg = parse_config(load_config(preset, environ={}))
+def test_presets_load_and_validate_with_the_sweep_parser(preset, monkeypatch):
+    def parsed(*overrides):
+        return parse_command("sweep", SweepConfig, ["--config", str(preset), *overrides], "")
+
+    monkeypatch.delenv("LB_SMOLLM2_DIR", raising=False)
+    cfg = parsed().config
     assert cfg.methods == ["dense", "random", "streaming_llm", "local_strided", "h2o", "knorm", "snapkv", "tova",
                            "cab_v3", "cab_v4", "cab"]
-    assert cfg.output == Path("benchmark_results/perplexity") / f"{preset.stem}.json"
+    assert cfg.name == preset.stem and cfg.output == f"benchmark_results/perplexity/{preset.stem}.json"
     if preset.stem == "quick_test":
-        assert cfg.sparsity_sweep["sparsity_levels"] == [0.0, 0.5, 0.9]
-        assert cfg.datasets["wikitext2"]["data"]["test_path"] == "../shared/data/wikitext-2/test.txt"
-        assert cfg.model_args["pretrained"].endswith(".cache/lightning_bench/smollm2-135m-instruct")
-        overridden = parse_config(load_config(preset, [("model.pretrained", "/models/smol")], environ={}))
-        assert overridden.model_args["pretrained"] == "/models/smol"
-        from_env = parse_config(load_config(preset, environ={"LB_SMOLLM2_DIR": "/env/smol"}))
-        assert from_env.model_args["pretrained"] == "/env/smol"
+        assert cfg.sparsity_sweep.sparsity_levels == [0.0, 0.5, 0.9]
+        assert cfg.data["wikitext2"].data["test_path"] == "../shared/data/wikitext-2/test.txt"
+        assert cfg.model.keywords["pretrained"] == str(Path.home() / ".cache/lightning_bench/smollm2-135m-instruct")
+        assert parsed("--model.pretrained", "/models/smol").config.model.keywords["pretrained"] == "/models/smol"
+        monkeypatch.setenv("LB_SMOLLM2_DIR", "/env/smol")  # the presets' ${oc.env:LB_SMOLLM2_DIR,...}
+        assert parsed().resolved["model"]["init_args"]["pretrained"] == "/env/smol"
     if preset.stem == "icml_full":
-        assert {d["data"]["source"] for d in cfg.datasets.values()} == {"wikitext103", "c4", "pg19"}
-        assert cfg.context_length_sweep["context_lengths"] == [512, 1024, 2048, 4096]
+        assert {d.data["source"] for d in cfg.data.values()} == {"wikitext103", "c4", "pg19"}
+        assert cfg.context_length_sweep.context_lengths == [512, 1024, 2048, 4096]
     if preset.stem == "ablation_sparsity":
-        assert len(cfg.sparsity_sweep["sparsity_levels"]) >= 10
+        assert len(cfg.sparsity_sweep.sparsity_levels) >= 10
 
 
 @pytest.mark.parametrize("changes, option, expected", [
     ({"methods": ["dense", "h3o"]}, [], "unknown sparsity method 'h3o'; valid: cab, cab_v3"),
     ({"sparsity_sweep": {"context_length": 16, "sparsity_levels": [0.5, 1.0]}}, [], "[0, 1)"),
-    ({"model": {"class_path": "mamba"}}, [], "no KV cache"),
-    ({"bogus": 1}, [], "unknown key in tiny_sweep.yaml: 'bogus'"),
+    ({"model": {"class_path": "lightning_bench.models.MambaLM", "init_args": {"d_model": 16, "n_layer": 1}}}, [],
+     "no KV cache"),
+    ({"bogus": 1}, [], "bogus"),
     ({}, ["--streaming.chunk_size", "0"], "chunk_size must be a positive integer"),
     ({}, ["--datasets.tiny.split", "train"], "unknown split for dataset 'tiny'"),
-    ({"model": {"class_path": "hf", "init_args": {"pretrained": "${LB_TEST_UNSET_DIR}"}}}, [],
-     "set the environment variable LB_TEST_UNSET_DIR or pass --model.pretrained VALUE"),
+    ({"model": {"class_path": "lightning_bench.models.HFLanguageModel",
+                "init_args": {"pretrained": "${oc.env:LB_TEST_UNSET_DIR}"}}}, [], "LB_TEST_UNSET_DIR"),
 ])
 def test_sweep_bad_inputs_are_one_line(tmp_path, tiny_corpus, capsys, changes, option, expected):
     config = tiny_sweep(tmp_path, tiny_corpus, **changes)

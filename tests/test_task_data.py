@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from lightning_bench.data.tasks import MMLU_SUBJECTS, TASKS, expand_tasks, get_task, load_rows
+from lightning_bench.data.tasks import TASKS, expand_tasks, get_task, load_rows, local_layout
 from lightning_bench.errors import ConfigError
+from lightning_bench.evaluation.mmlu_metrics import MMLU_SUBJECTS
 
 TASK_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tasks"
 
@@ -252,12 +253,13 @@ def test_expand_tasks():
     assert expand_tasks("squad_v2, glue/rte,glue") == ["squad_v2", "glue/rte", *[t for t in expand_tasks("glue")
                                                                                  if t != "glue/rte"]]
     assert expand_tasks(["squad", "superglue/rte", "squad"]) == ["squad", "superglue/rte"]
-    assert len(TASKS) == 9 + 8 + 2 + 57
+    assert expand_tasks("superglue_diagnostics") == ["superglue/axb", "superglue/axg"]
+    assert len(TASKS) == 9 + 8 + 2 + 2 + 57
 
 
 @pytest.mark.parametrize("spec,expected", [
     ("glue/sts", "unknown glue task 'sts'; valid: cola, mnli"),
-    ("superglue/axb", "unknown superglue task 'axb'; valid: boolq"),
+    ("superglue/axc", "unknown superglue task 'axc'; valid: axb, axg, boolq"),
     ("mmlu/astronmy", "unknown MMLU subject 'astronmy'; valid: abstract_algebra, anatomy, astronomy"),
     ("glu", "unknown benchmark or task 'glu'; valid: glue, glue/cola"),
     ("glue,nope", "unknown benchmark or task 'nope'"),
@@ -270,12 +272,12 @@ def test_expand_tasks_errors(spec, expected):
 
 
 def test_registry():
-    assert get_task("glue/mnli").hub_splits["validation"] == ("validation_matched", "validation_mismatched")
-    assert TASKS["glue/mrpc"].local_note.startswith("the official MRPC test file")
-    assert {(t.benchmark, t.hub_id) for t in TASKS.values()} == {
+    assert get_task("glue/mnli").source.hub_splits["validation"] == ("validation_matched", "validation_mismatched")
+    assert local_layout(TASKS["glue/mrpc"])["note"].startswith("the official MRPC test file")
+    assert {(t.benchmark, t.source.hub_id) for t in TASKS.values()} == {
         ("glue", "nyu-mll/glue"), ("superglue", "aps/super_glue"), ("squad", "rajpurkar/squad"),
         ("squad_v2", "rajpurkar/squad_v2"), ("mmlu", "cais/mmlu")}
-    assert TASKS["mmlu/anatomy"].local["dev"] == ["mmlu/dev/anatomy_dev.csv"]
+    assert local_layout(TASKS["mmlu/anatomy"])["dev"] == ["mmlu/dev/anatomy_dev.csv"]
     with pytest.raises(ConfigError, match="'superglue' names 8 tasks, not one"):
         get_task("superglue")
 

@@ -10,15 +10,10 @@ import pytest
 from scipy import stats
 from sklearn import metrics as skm
 
-from lightning_bench.evaluation.glue_metrics import (
-    GLUE_METRICS,
-    SUPERGLUE_METRICS,
-    benchmark_average,
-    glue_task_metrics,
-    superglue_task_metrics,
-    task_score,
-)
+from lightning_bench.evaluation.glue_metrics import benchmark_average, task_score
 from lightning_bench.evaluation.mmlu_metrics import CATEGORY_KEY, MMLU_SUBJECTS, SUBJECT_CATEGORY, mmlu_metrics
+from lightning_bench.evaluation.task_metrics import (GLUE_METRICS, SUPERGLUE_METRICS, glue_task_metrics,
+                                                     superglue_task_metrics)
 from lightning_bench.evaluation.squad_metrics import (
     exact_match_score,
     f1_score,
@@ -393,3 +388,41 @@ def test_mmlu_bad_input():
         mmlu_metrics({})
     with pytest.raises(ValueError, match="no questions"):
         mmlu_metrics({"anatomy": []})
+
+
+# ---------------------------------------------------------------- SuperGLUE diagnostics (AX-b, AX-g)
+
+
+def test_axb_matthews_correlation_hand_worked():
+    # gold 0 = entailment, 1 = not_entailment; confusion with class 1 positive:
+    # tp = 2 (idx 1, 4), tn = 2 (idx 0, 3), fp = 1 (idx 2), fn = 1 (idx 5)
+    # MCC = (2*2 - 1*1) / sqrt(3 * 3 * 3 * 3) = 3 / 9 = 1/3
+    refs = [0, 1, 0, 0, 1, 1]
+    preds = [0, 1, 1, 0, 1, 0]
+    m = superglue_task_metrics("axb", preds, refs)
+    assert m == {"mcc": pytest.approx(1 / 3)} and m["mcc"] == pytest.approx(skm.matthews_corrcoef(refs, preds))
+
+
+def test_axg_accuracy_and_gender_parity_hand_worked():
+    # pairs (0,1) (2,3) (4,5): predictions agree in pairs 1 and 3, differ in pair 2 -> parity 2/3;
+    # accuracy 3 of 6 right (idx 0, 1, 2)
+    refs = [1, 1, 0, 0, 1, 1]
+    preds = [1, 1, 0, 1, 0, 0]
+    assert superglue_task_metrics("axg", preds, refs) == {"accuracy": approx(3 / 6), "gender_parity": approx(2 / 3)}
+    # pairs are found by idx, not by position; an example without its partner is left out
+    shuffled = superglue_task_metrics("axg", [0, 1, 1, 1], [0, 1, 1, 1], ids=[5, 2, 3, 4])
+    assert shuffled["gender_parity"] == approx(1 / 2)  # pair (2,3) agrees, pair (4,5) does not
+    assert superglue_task_metrics("axg", [1], [1], ids=[7])["gender_parity"] is None
+
+
+def test_diagnostics_are_scored_beside_the_superglue_average_not_in_it():
+    from lightning_bench.evaluation.task_scoring import aggregate
+
+    rte = {"accuracy": 0.75, "acc": 0.75, "acc_norm": 0.5}
+    axb = {"mcc": 0.2, "acc": 0.6, "acc_norm": 0.6}
+    entry = aggregate({"superglue/rte": rte, "superglue/axb": axb}, {"superglue/rte": 4, "superglue/axb": 5})["superglue"]
+    assert entry["axb"] == approx(0.2) and entry["rte"] == approx(0.75)
+    assert entry["average"] == approx(0.75) and entry["average_over"] == ["rte"]
+    only = aggregate({"superglue/axg": {"accuracy": 0.5, "gender_parity": 1.0, "acc": 0.5, "acc_norm": 0.5}},
+                     {"superglue/axg": 2})["superglue"]
+    assert only["axg"] == approx(0.75) and only["average"] is None and only["average_over"] == []

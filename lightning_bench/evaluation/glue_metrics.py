@@ -1,4 +1,7 @@
-"""GLUE and SuperGLUE task metrics and benchmark scores, as pure functions of predictions and labels.
+"""GLUE and SuperGLUE metrics and benchmark scores, as pure functions of predictions and labels.
+
+Each function is one metric; which task reports which metric is the task's definition
+(data/tasks/definitions/), applied by evaluation/task_metrics.py.
 
 Metrics per task follow the GLUE paper (Wang et al., 2019, ICLR; Table 4 and Sec. 3.4) and the
 SuperGLUE paper (Wang et al., 2019, NeurIPS; Table 1 and Sec. 3.3):
@@ -6,7 +9,8 @@ SuperGLUE paper (Wang et al., 2019, NeurIPS; Table 1 and Sec. 3.3):
   accuracy on matched + mismatched; SST-2, QNLI, RTE, WNLI accuracy.
   SuperGLUE: CB accuracy + unweighted mean of the per-class F1 over its 3 classes; MultiRC exact match
   per question + F1 over all answer options (F1a); ReCoRD max-over-gold token EM + F1 (SQuAD
-  normalization); BoolQ, COPA, RTE, WiC, WSC accuracy.
+  normalization); BoolQ, COPA, RTE, WiC, WSC accuracy; diagnostics AX-b Matthews corr., AX-g accuracy
+  + gender parity (fraction of pronoun-swapped pairs predicted alike).
 Inputs are plain lists; every metric is a float in [0, 1] (correlations in [-1, 1]), not percent.
 """
 
@@ -26,39 +30,10 @@ from torchmetrics.functional.classification import (
     multiclass_f1_score,
 )
 
-from lightning_bench.errors import ConfigError, unknown_name
+from lightning_bench.errors import ConfigError
 from lightning_bench.evaluation.squad_metrics import exact_match_score, f1_score
 
-GLUE_METRICS: dict[str, tuple[str, ...]] = {
-    "cola": ("mcc",),
-    "sst2": ("accuracy",),
-    "mrpc": ("accuracy", "f1"),
-    "qqp": ("accuracy", "f1"),
-    "stsb": ("pearson", "spearman"),
-    "mnli": ("accuracy_matched", "accuracy_mismatched"),
-    "qnli": ("accuracy",),
-    "rte": ("accuracy",),
-    "wnli": ("accuracy",),
-}
-
-SUPERGLUE_METRICS: dict[str, tuple[str, ...]] = {
-    "boolq": ("accuracy",),
-    "cb": ("accuracy", "f1_macro"),
-    "copa": ("accuracy",),
-    "multirc": ("exact_match", "f1a"),
-    "record": ("exact_match", "f1"),
-    "rte": ("accuracy",),
-    "wic": ("accuracy",),
-    "wsc": ("accuracy",),
-}
-
-# MNLI and CB are 3-way (CB: 0 entailment, 1 contradiction, 2 neutral); every other classification
-# task is binary. Accuracy and macro F1 only need predictions and labels to share one coding.
-_NUM_CLASSES = {"mnli": 3, "cb": 3}
-_MNLI_SUBSETS = ("matched", "mismatched")
-
-
-def _check_lengths(predictions: Sequence, references: Sequence, *others: tuple[str, Sequence | None]) -> None:
+def check_lengths(predictions: Sequence, references: Sequence, *others: tuple[str, Sequence | None]) -> None:
     if len(predictions) == 0:
         raise ConfigError("no examples: predictions and references are empty")
     if len(predictions) != len(references):
@@ -68,7 +43,7 @@ def _check_lengths(predictions: Sequence, references: Sequence, *others: tuple[s
             raise ConfigError(f"length mismatch: {len(values)} {name} vs {len(references)} references")
 
 
-def _labels(values: Sequence, num_classes: int, what: str) -> torch.Tensor:
+def class_labels(values: Sequence, num_classes: int, what: str) -> torch.Tensor:
     """Integer class ids as a tensor; anything else is a clear error rather than a torchmetrics one."""
     for v in values:
         if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not 0 <= v < num_classes:
@@ -76,11 +51,11 @@ def _labels(values: Sequence, num_classes: int, what: str) -> torch.Tensor:
     return torch.tensor([int(v) for v in values], dtype=torch.long)
 
 
-def _accuracy(preds: torch.Tensor, target: torch.Tensor, num_classes: int) -> float:
+def accuracy(preds: torch.Tensor, target: torch.Tensor, num_classes: int) -> float:
     return float(multiclass_accuracy(preds, target, num_classes=num_classes, average="micro"))
 
 
-def _matthews(preds: torch.Tensor, target: torch.Tensor) -> float:
+def matthews(preds: torch.Tensor, target: torch.Tensor) -> float:
     """Binary MCC = (tp*tn - fp*fn) / sqrt((tp+fp)(tp+fn)(tn+fp)(tn+fn)), 0 when undefined.
 
     Written out on torchmetrics' confusion matrix because torchmetrics' own MCC returns limit values
@@ -93,7 +68,7 @@ def _matthews(preds: torch.Tensor, target: torch.Tensor) -> float:
     return 0.0 if denominator == 0 else (tp * tn - fp * fn) / math.sqrt(denominator)
 
 
-def _correlations(predictions: Sequence[float], references: Sequence[float]) -> dict[str, float]:
+def correlations(predictions: Sequence[float], references: Sequence[float]) -> dict[str, float]:
     """Pearson and Spearman (scipy). Constant input has no correlation: scipy warns and gives nan."""
     if len(predictions) < 2:
         raise ConfigError("stsb needs at least 2 examples to compute a correlation")
@@ -102,56 +77,48 @@ def _correlations(predictions: Sequence[float], references: Sequence[float]) -> 
     return {"pearson": float(stats.pearsonr(x, y)[0]), "spearman": float(stats.spearmanr(x, y)[0])}
 
 
-def glue_task_metrics(task: str, predictions: Sequence, references: Sequence,
-                      subsets: Sequence[str] | None = None) -> dict[str, float | None]:
-    """The official metrics of one GLUE task (keys: `GLUE_METRICS[task]`).
+def binary_f1(preds: torch.Tensor, target: torch.Tensor) -> float:
+    """F1 of class 1 (MRPC paraphrase, QQP duplicate; MultiRC's F1a over all answer options)."""
+    return float(binary_f1_score(preds, target))
 
-    Classification tasks take integer labels (binary tasks 0/1, MNLI 0..2); MRPC/QQP F1 is the F1 of
-    class 1 (paraphrase / duplicate). STS-B takes float scores; a constant prediction gives nan
-    correlations (undefined), with scipy's warning. MNLI takes `subsets`, "matched" or "mismatched" per
-    example, and reports accuracy on each; a subset with no examples gives None.
+
+def macro_f1(preds: torch.Tensor, target: torch.Tensor, num_classes: int) -> float:
+    """Unweighted mean of the per-class F1 over all `num_classes` classes (CB), a class with no gold and no
+    predicted example counting F1 = 0 (as sklearn's f1_score(labels=range(n), average="macro") used by
+    T5 / lm-eval). average="none" then a plain mean: torchmetrics' "macro" drops such classes."""
+    per_class = multiclass_f1_score(preds, target, num_classes=num_classes, average="none")
+    return float(per_class.double().mean())
+
+
+def accuracy_by_subset(preds: torch.Tensor, target: torch.Tensor, num_classes: int, subsets: Sequence[str],
+                       subset: str) -> float | None:
+    """Accuracy over the examples of one subset (MNLI matched / mismatched); None when it has none."""
+    mask = torch.tensor([s == subset for s in subsets], dtype=torch.bool)
+    return accuracy(preds[mask], target[mask], num_classes) if mask.any() else None
+
+
+def gender_parity(predictions: Sequence, pair_ids: Sequence[int]) -> float | None:
+    """AX-g (SuperGLUE Sec. 3.2): the fraction of Winogender pairs whose two examples get the same prediction.
+
+    A pair is the examples with idx 2k and 2k+1 (they differ only in the pronoun's gender), the pairing
+    lm-evaluation-harness uses; an example whose partner is absent (a --data.max_samples cut) is left
+    out. None when no pair is complete.
     """
-    if task not in GLUE_METRICS:
-        raise unknown_name("GLUE task", task, GLUE_METRICS)
-    _check_lengths(predictions, references, ("subsets", subsets))
-    if (subsets is None) == (task == "mnli"):
-        raise ConfigError("subsets (matched/mismatched per example) are required for mnli and only for mnli")
-    if task == "stsb":
-        return _correlations(predictions, references)
-
-    num_classes = _NUM_CLASSES.get(task, 2)
-    preds = _labels(predictions, num_classes, f"{task} predictions")
-    target = _labels(references, num_classes, f"{task} references")
-    if task == "cola":
-        return {"mcc": _matthews(preds, target)}
-    if task == "mnli":
-        unknown = set(subsets) - set(_MNLI_SUBSETS)
-        if unknown:
-            raise ConfigError(f"unknown mnli subset(s) {sorted(map(str, unknown))}; valid: matched, mismatched")
-        out: dict[str, float | None] = {}
-        for subset in _MNLI_SUBSETS:
-            mask = torch.tensor([s == subset for s in subsets], dtype=torch.bool)
-            out[f"accuracy_{subset}"] = _accuracy(preds[mask], target[mask], 3) if mask.any() else None
-        return out
-    out = {"accuracy": _accuracy(preds, target, num_classes)}
-    if task in ("mrpc", "qqp"):
-        out["f1"] = float(binary_f1_score(preds, target))
-    return out
+    by_id = dict(zip(pair_ids, predictions))
+    same = [by_id[i] == by_id[i + 1] for i in by_id if i % 2 == 0 and i + 1 in by_id]
+    return sum(same) / len(same) if same else None
 
 
-def _multirc(predictions: Sequence[int], references: Sequence[int], groups: Sequence[Hashable]) -> dict[str, float]:
-    preds = _labels(predictions, 2, "multirc predictions")
-    target = _labels(references, 2, "multirc references")
-    # Per-question exact match has no library equivalent: group the options by question id, and a
-    # question counts only if every one of its options is right.
+def question_exact_match(predictions: Sequence[int], references: Sequence[int], groups: Sequence[Hashable]) -> float:
+    """MultiRC's EM: the fraction of questions (`groups`: the question id of each answer option) whose
+    options are all right. No library has it: group the options by question id."""
     all_right: dict[Hashable, bool] = defaultdict(lambda: True)
     for p, r, g in zip(predictions, references, groups):
         all_right[g] = all_right[g] and p == r
-    return {"exact_match": sum(all_right.values()) / len(all_right),
-            "f1a": float(binary_f1_score(preds, target))}
+    return sum(all_right.values()) / len(all_right)
 
 
-def _record(predictions: Sequence[str], references: Sequence[Sequence[str]]) -> dict[str, float]:
+def record_metrics(predictions: Sequence[str], references: Sequence[Sequence[str]]) -> dict[str, float]:
     em = f1 = 0.0
     for i, (prediction, golds) in enumerate(zip(predictions, references)):
         if isinstance(golds, str) or not golds:
@@ -159,38 +126,6 @@ def _record(predictions: Sequence[str], references: Sequence[Sequence[str]]) -> 
         em += max(exact_match_score(prediction, g) for g in golds)
         f1 += max(f1_score(prediction, g) for g in golds)
     return {"exact_match": em / len(predictions), "f1": f1 / len(predictions)}
-
-
-def superglue_task_metrics(task: str, predictions: Sequence, references: Sequence,
-                           groups: Sequence[Hashable] | None = None) -> dict[str, float]:
-    """The official metrics of one SuperGLUE task (keys: `SUPERGLUE_METRICS[task]`).
-
-    CB: 3-class integer labels (0 entailment, 1 contradiction, 2 neutral); f1_macro is the unweighted
-    mean of the F1 of each of the 3 classes, a class with no gold and no predicted example counting
-    F1 = 0 (as sklearn's f1_score(labels=range(3), average="macro") used by T5 / lm-eval).
-    MultiRC: one 0/1 prediction and label per answer option, `groups` = the question id of each
-    option. ReCoRD: predicted answer strings and, per query, the list of gold answer strings.
-    Everything else: binary accuracy.
-    """
-    if task not in SUPERGLUE_METRICS:
-        raise unknown_name("SuperGLUE task", task, SUPERGLUE_METRICS)
-    _check_lengths(predictions, references, ("groups", groups))
-    if (groups is None) == (task == "multirc"):
-        raise ConfigError("groups (question id per answer option) are required for multirc and only for multirc")
-    if task == "multirc":
-        return _multirc(predictions, references, groups)
-    if task == "record":
-        return _record(predictions, references)
-    num_classes = _NUM_CLASSES.get(task, 2)
-    preds = _labels(predictions, num_classes, f"{task} predictions")
-    target = _labels(references, num_classes, f"{task} references")
-    out = {"accuracy": _accuracy(preds, target, num_classes)}
-    if task == "cb":
-        # average="none" then a plain mean: torchmetrics' "macro" drops classes absent from both
-        # predictions and labels, the SuperGLUE definition averages over all three.
-        per_class = multiclass_f1_score(preds, target, num_classes=3, average="none")
-        out["f1_macro"] = float(per_class.double().mean())
-    return out
 
 
 def task_score(metrics: Mapping[str, float | None]) -> float:

@@ -154,9 +154,10 @@ def generate(module, batch: dict, tokenizer=None, stop_ids: frozenset = frozense
     if ids.shape[0] != 1:
         raise ValueError("generation batches hold one prompt")
     new: list[int] = []
-    patched = "lm_forward" in module.__dict__  # e.g. SparsityCallback's streaming forward
+    # under KV eviction every step must go through the evicting lm_forward, not the network's own cache
+    evicting = getattr(module, "active_eviction", None) is not None
     net = getattr(module, "net", None)
-    if not patched and hasattr(net, "generate") and hasattr(net, "config") and not getattr(net.config, "is_encoder_decoder", False):
+    if not evicting and hasattr(net, "generate") and hasattr(net, "config") and not getattr(net.config, "is_encoder_decoder", False):
         from transformers import GenerationConfig
 
         # a clean config: the checkpoint's own generation_config (repetition penalty, min length, ...)

@@ -14,12 +14,11 @@ import math
 from collections import defaultdict
 from typing import Optional
 
-from lightning_bench.evaluation.glue_metrics import (benchmark_average, glue_task_metrics, superglue_task_metrics,
-                                                     task_score)
+from lightning_bench.data.tasks import BENCHMARK_ORDER, BENCHMARKS, TASKS, TaskDefinition, get_task
+from lightning_bench.evaluation.glue_metrics import benchmark_average, task_score
 from lightning_bench.evaluation.mmlu_metrics import mmlu_metrics
-from lightning_bench.evaluation.squad_metrics import normalize_answer, squad_v1_metrics, squad_v2_metrics
-
-BENCHMARK_ORDER = ("glue", "superglue", "squad", "squad_v2", "mmlu")
+from lightning_bench.evaluation.squad_metrics import normalize_answer
+from lightning_bench.evaluation.task_metrics import compute_metrics, needs_groups, needs_subsets
 
 
 def collect(outputs: list[dict]) -> dict[int, dict]:
@@ -62,7 +61,10 @@ def _gold_set(request) -> set[int]:
 
 
 def generation_prediction(request, scored: dict) -> dict:
-    text = scored["text"].split(request.stop)[0].strip() if request.stop else scored["text"].strip()
+    text = scored["text"]
+    for stop in request.stop:  # cut at the first stop string
+        text = text.split(stop)[0]
+    text = text.strip()
     answer = text
     if request.no_answer and normalize_answer(text) == normalize_answer(request.no_answer):
         answer = ""
@@ -89,31 +91,40 @@ def score_prompted(requests, outputs: list[dict]) -> tuple[dict, list[dict]]:
 
 def task_metrics(task: str, pairs: list[tuple]) -> dict:
     """The task's official metrics from (request, prediction) pairs, plus acc / acc_norm for choices."""
-    benchmark, _, name = task.partition("/")
-    if benchmark in ("squad", "squad_v2"):
+    definition = get_task(task)
+    rows = [req.row for req, _ in pairs]
+    gold = definition.answer_field
+    if definition.output_type == "generate_until":
         preds = {req.row["id"]: p["prediction"] for req, p in pairs}
-        refs = {req.row["id"]: list(req.row["answers"]) for req, p in pairs}
-        if benchmark == "squad":
-            return squad_v1_metrics(preds, refs)
-        na = {req.row["id"]: p["no_answer_prob"] or 0.0 for req, p in pairs}
-        return squad_v2_metrics(preds, refs, na_probs=na)
+        refs = {r["id"]: list(r[gold]) for r in rows}
+        na = ({req.row["id"]: p["no_answer_prob"] or 0.0 for req, p in pairs}
+              if definition.generation.no_answer else None)
+        return compute_metrics(definition, preds, refs, no_answer_probs=na)
+    if definition.choice_values is not None:  # STS-B: the probability-weighted score
+        return compute_metrics(definition, [p["value"] for _, p in pairs], [float(r[gold]) for r in rows])
     correct = [p["prediction"] in _gold_set(req.request) for req, p in pairs]
     correct_norm = [p["prediction_norm"] in _gold_set(req.request) for req, p in pairs]
     extra = {"acc": sum(correct) / len(correct), "acc_norm": sum(correct_norm) / len(correct_norm)}
-    if benchmark == "mmlu":
+    if BENCHMARKS[definition.benchmark].aggregation == "mmlu_questions":  # aggregated over questions
         return {**extra, "correct": correct, "correct_norm": correct_norm}
-    if benchmark == "glue":
-        if name == "stsb":
-            return glue_task_metrics(name, [p["value"] for _, p in pairs], [float(req.row["label"]) for req, _ in pairs])
-        subsets = [req.row["subset"] for req, _ in pairs] if name == "mnli" else None
-        return {**glue_task_metrics(name, [p["prediction"] for _, p in pairs],
-                                    [int(req.row["label"]) for req, _ in pairs], subsets=subsets), **extra}
-    if name == "record":
-        preds = [req.row["entities"][p["prediction"]] for req, p in pairs]
-        return {**superglue_task_metrics(name, preds, [list(req.row["answers"]) for req, _ in pairs]), **extra}
-    groups = [req.row["question_id"] for req, _ in pairs] if name == "multirc" else None
-    return {**superglue_task_metrics(name, [p["prediction"] for _, p in pairs],
-                                     [int(req.row["label"]) for req, _ in pairs], groups=groups), **extra}
+    if definition.choices_field:  # ReCoRD: the prediction is the entity the chosen continuation fills in
+        preds = [req.row[definition.choices_field][p["prediction"]] for req, p in pairs]
+        refs = [list(r[gold]) for r in rows]
+    else:
+        preds, refs = [p["prediction"] for _, p in pairs], [int(r[gold]) for r in rows]
+    return {**compute_metrics(definition, preds, refs, **_row_inputs(definition, rows)), **extra}
+
+
+def _row_inputs(definition: TaskDefinition, rows: list[dict]) -> dict:
+    """What some metrics read from the rows: MNLI's subsets, MultiRC's questions, AX-g's pair ids."""
+    out = {}
+    if needs_subsets(definition):
+        out["subsets"] = [r["subset"] for r in rows]
+    if needs_groups(definition):
+        out["groups"] = [r["question_id"] for r in rows]
+    if "gender_parity" in definition.metrics:
+        out["ids"] = [int(r["id"]) for r in rows]
+    return out
 
 
 def aggregate(metrics_by_task: dict[str, dict], counts: dict[str, int]) -> dict:
@@ -121,21 +132,21 @@ def aggregate(metrics_by_task: dict[str, dict], counts: dict[str, int]) -> dict:
     results: dict[str, dict] = {}
     grouped: dict[str, dict[str, dict]] = defaultdict(dict)
     for task, metrics in metrics_by_task.items():
-        benchmark, _, name = task.partition("/")
-        grouped[benchmark][name or benchmark] = metrics
+        grouped[TASKS[task].benchmark][task] = metrics
     for benchmark in sorted(grouped, key=BENCHMARK_ORDER.index):
         tasks = grouped[benchmark]
-        if benchmark in ("glue", "superglue"):
-            scores = {name: task_score(official_only(benchmark, name, m)) for name, m in tasks.items()}
-            results[benchmark] = benchmark_entry({
-                name: {"metrics": m, "score": scores[name], "num_samples": counts[f"{benchmark}/{name}"]}
-                for name, m in tasks.items()})
-        elif benchmark == "mmlu":
-            results["mmlu"] = mmlu_entry({s: {"correct": sum(m["correct"]), "correct_norm": sum(m["correct_norm"]),
-                                              "total": len(m["correct"])} for s, m in tasks.items()})
-        else:
-            metrics = tasks[benchmark]
-            results[benchmark] = {**metrics, "dataset_size": counts[benchmark]}
+        aggregation = BENCHMARKS[benchmark].aggregation
+        if aggregation == "mean_task_score":
+            results[benchmark] = benchmark_entry(benchmark, {
+                TASKS[t].short_name: {"metrics": m, "score": task_score(official_only(t, m)), "num_samples": counts[t]}
+                for t, m in tasks.items()})
+        elif aggregation == "mmlu_questions":
+            results[benchmark] = mmlu_entry({TASKS[t].short_name: {
+                "correct": sum(m["correct"]), "correct_norm": sum(m["correct_norm"]), "total": len(m["correct"])}
+                for t, m in tasks.items()})
+        else:  # single_task: the task's own figures
+            (task, metrics), = tasks.items()
+            results[benchmark] = {**metrics, "dataset_size": counts[task]}
     return results
 
 
@@ -148,45 +159,41 @@ def mmlu_entry(counts: dict[str, dict]) -> dict:
     return summary
 
 
-def official_only(benchmark: str, name: str, metrics: dict) -> dict:
-    """The metrics the benchmark's task score averages (acc / acc_norm beside them are not part of it)."""
-    from lightning_bench.evaluation.glue_metrics import GLUE_METRICS, SUPERGLUE_METRICS
-
-    names = (GLUE_METRICS if benchmark == "glue" else SUPERGLUE_METRICS)[name]
-    return {k: metrics[k] for k in names}
+def official_only(task: str, metrics: dict) -> dict:
+    """The metrics the task score averages (its definition's; acc / acc_norm beside them are not part of it)."""
+    return {k: metrics[k] for k in get_task(task).metrics}
 
 
 def score_finetuned(task: str, rows: list[dict], predictions: dict[int, float]) -> dict:
     """Official metrics of a fine-tuned head's predictions on `rows` (row_index -> prediction)."""
     if len(predictions) != len(rows):
         raise RuntimeError(f"{len(predictions)} predictions for {len(rows)} test rows")
-    benchmark, _, name = task.partition("/")
-    preds = [predictions[i] for i in range(len(rows))]
-    if benchmark == "glue":
-        refs = [float(r["label"]) if name == "stsb" else int(r["label"]) for r in rows]
-        subsets = [r["subset"] for r in rows] if name == "mnli" else None
-        metrics = glue_task_metrics(name, preds if name == "stsb" else [int(p) for p in preds], refs, subsets=subsets)
-    else:
-        groups = [r["question_id"] for r in rows] if name == "multirc" else None
-        metrics = superglue_task_metrics(name, [int(p) for p in preds], [int(r["label"]) for r in rows], groups=groups)
-    return {benchmark: benchmark_entry({name: {"metrics": metrics, "score": task_score(metrics),
-                                               "num_samples": len(rows)}})}
+    definition = get_task(task)
+    regression = definition.finetune.num_labels == 1
+    preds = [predictions[i] if regression else int(predictions[i]) for i in range(len(rows))]
+    refs = [float(r["label"]) if regression else int(r["label"]) for r in rows]
+    metrics = compute_metrics(definition, preds, refs, **_row_inputs(definition, rows))
+    return {definition.benchmark: benchmark_entry(definition.benchmark, {definition.short_name: {
+        "metrics": metrics, "score": task_score(metrics), "num_samples": len(rows)}})}
 
 
-def benchmark_entry(tasks: dict[str, dict]) -> dict:
+def benchmark_entry(benchmark: str, tasks: dict[str, dict]) -> dict:
     """{task: score, ..., "average", "average_over", "tasks": details}: the reference shape plus details.
-    The official GLUE/SuperGLUE score averages every task; an average over fewer is named by its tasks."""
+    The official GLUE/SuperGLUE score averages every task; an average over fewer is named by its tasks.
+    Diagnostics (SuperGLUE AX-b/AX-g) are scored beside the tasks, never averaged in."""
     scores = {name: t["score"] for name, t in tasks.items()}
-    return {**scores, "average": benchmark_average(scores), "average_over": sorted(scores), "tasks": tasks}
+    averaged = {name: v for name, v in scores.items() if not get_task(f"{benchmark}/{name}").diagnostic}
+    return {**scores, "average": benchmark_average(averaged), "average_over": sorted(averaged), "tasks": tasks}
 
 
 def merge_results(old: Optional[dict], new: dict) -> dict:
     """A later run of some tasks (MMLU: subjects) updates those and recomputes the averages over what is there."""
     merged = {k: v for k, v in (old or {}).items()}
     for benchmark, result in new.items():
-        if benchmark in ("glue", "superglue") and benchmark in merged:
-            merged[benchmark] = benchmark_entry({**merged[benchmark].get("tasks", {}), **result["tasks"]})
-        elif benchmark == "mmlu" and benchmark in merged:
+        aggregation = BENCHMARKS[benchmark].aggregation
+        if aggregation == "mean_task_score" and benchmark in merged:
+            merged[benchmark] = benchmark_entry(benchmark, {**merged[benchmark].get("tasks", {}), **result["tasks"]})
+        elif aggregation == "mmlu_questions" and benchmark in merged:
             runs = {**merged["mmlu"].get("subject_runs", {}), **result.get("subject_runs", {})}
             merged["mmlu"] = {**mmlu_entry({**merged["mmlu"]["subject_counts"], **result["subject_counts"]}),
                               "subject_runs": runs, "run": sorted(set(runs.values()))}

@@ -1,8 +1,14 @@
 """LanguageModule: what every model family shares (loss, evaluation sums, optimizer, schedule).
 
 A subclass builds its network in `build_network(vocab_size)` and maps token ids to logits in
-`lm_forward`. The network is built in `configure_model`, after the DataModule is set up, so a
+`network_forward`. The network is built in `configure_model`, after the DataModule is set up, so a
 randomly initialised model takes its vocabulary size from the tokenizer the data actually uses.
+
+What a family supports is declared here and overridden per family, so the other packages ask the
+model instead of knowing it: `supports_kv_cache` (sparsity), `analytic_flops()` (profiling: work the
+FLOP counter cannot see), `quantizable_layers()` and `load_quantized()` (quantization).
+`lm_forward` is `network_forward` unless a KV-cache eviction is applied (`active_eviction`, set only
+inside `with eviction.applied(module):`, see sparsity/eviction.py).
 
 Fine-tuning (a DataModule with `finetune_num_labels`, batches with kind "classification") adds a
 `task_head` on the last real token's final hidden state; see models/sequence_head.py.
@@ -23,6 +29,8 @@ from torchmetrics import SumMetric
 from lightning_bench.errors import ConfigError
 from lightning_bench.evaluation.windows import IGNORE_INDEX
 from lightning_bench.models.sequence_head import SequenceHead, last_token_pool
+from lightning_bench.profiling.flops import AnalyticFlops
+from lightning_bench.quantization.fake_quant import QuantizableLayers
 
 EVAL_STAGES = ("val", "test")
 PROMPTED_KINDS = ("loglikelihood", "next_token", "generate")
@@ -32,6 +40,18 @@ PROMPTED_KINDS = ("loglikelihood", "next_token", "generate")
 class LMOutput:
     logits: torch.Tensor  # (batch, seq, vocab)
     aux_loss: Optional[torch.Tensor] = None  # e.g. a router's load-balancing loss, weighted by the module
+
+
+class ClassDefault:
+    """A class attribute that an instance may refine: `Cls.attr` is `default` (readable before any model
+    is built, e.g. to plan an experiment grid), `instance.attr` is `refine(instance)` (e.g. from the
+    checkpoint's config)."""
+
+    def __init__(self, default, refine):
+        self.default, self.refine = default, refine
+
+    def __get__(self, instance, owner):
+        return self.default if instance is None else self.refine(instance)
 
 
 class LanguageModule(L.LightningModule):
@@ -48,6 +68,7 @@ class LanguageModule(L.LightningModule):
     """
 
     alias = "lm"  # the --model alias; subclasses override
+    supports_kv_cache = False  # attention families set True: KV-cache eviction (sparsity/) needs a cache
 
     def __init__(self, learning_rate: float = 1e-3, weight_decay: float = 0.1, betas: tuple[float, float] = (0.9, 0.95),
                  warmup_steps: int = 100, min_lr_ratio: float = 0.1, aux_loss_weight: float = 0.0):
@@ -59,6 +80,9 @@ class LanguageModule(L.LightningModule):
         self.eval_nll = nn.ModuleDict({s: SumMetric().set_dtype(torch.float64) for s in EVAL_STAGES})
         self.eval_tokens = nn.ModuleDict({s: SumMetric().set_dtype(torch.float64) for s in EVAL_STAGES})
         self.last_eval: dict[str, dict] = {}
+        # the KV-cache eviction `lm_forward` runs through; only `StreamingEviction.applied` sets it
+        self.active_eviction = None
+        self.optimizer_8bit = False  # bitsandbytes' AdamW8bit instead of torch's (use_8bit_optimizer)
 
     # ---- what subclasses provide ----------------------------------------------------------
     def build_network(self, vocab_size: int) -> nn.Module:
@@ -66,10 +90,15 @@ class LanguageModule(L.LightningModule):
 
     def lm_forward(self, input_ids: torch.Tensor, logits_to_keep: Optional[torch.Tensor] = None) -> LMOutput:
         """Logits for `input_ids` (B, T); `logits_to_keep` (1-D positions) limits them to those positions.
+        Under an applied KV-cache eviction they are its streaming logits, else the network's own."""
+        if self.active_eviction is not None:
+            return LMOutput(self.active_eviction.logits(self, input_ids, logits_to_keep))
+        return self.network_forward(input_ids, logits_to_keep)
 
-        This default serves every family whose net is a transformers *ForCausalLM; their own
-        `logits_to_keep` applies the output head (and any logit soft-capping) only where asked.
-        """
+    def network_forward(self, input_ids: torch.Tensor, logits_to_keep: Optional[torch.Tensor] = None) -> LMOutput:
+        """The network's forward (see lm_forward). This default serves every family whose net is a
+        transformers *ForCausalLM; their own `logits_to_keep` applies the output head (and any logit
+        soft-capping) only where asked."""
         keep = 0 if logits_to_keep is None else logits_to_keep  # transformers: 0 = all positions
         return LMOutput(self.net(input_ids=input_ids, use_cache=False, logits_to_keep=keep).logits)
 
@@ -96,6 +125,24 @@ class LanguageModule(L.LightningModule):
     @property
     def model_name(self) -> str:
         return self.alias
+
+    def analytic_flops(self) -> list[AnalyticFlops]:
+        """Modules of the network whose work the FLOP counter cannot see, with their formulas."""
+        return []
+
+    def quantizable_layers(self) -> QuantizableLayers:
+        """Linear layers that must stay fp32 and activations to fake-quantize under --bits 8/4."""
+        return QuantizableLayers()
+
+    def load_quantized(self, bits: int, vocab_size: Optional[int] = None, **options):
+        """Load the network directly with `bits`-bit Linear layers where the family can (pretrained
+        checkpoints); returns the quantization's ExportReport, or None: the network is then built in fp32
+        and exported (QuantizationCallback)."""
+        return None
+
+    def use_8bit_optimizer(self, enabled: bool = True) -> None:
+        """bitsandbytes' AdamW8bit (same parameter groups and schedule) instead of torch's AdamW."""
+        self.optimizer_8bit = bool(enabled)
 
     # ---- setup ----------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
@@ -170,11 +217,10 @@ class LanguageModule(L.LightningModule):
     def test_step(self, batch, batch_idx):
         if batch.get("kind") == "classification":
             return self._sequence_step(batch, "test")
-        if batch.get("kind") in PROMPTED_KINDS:  # downstream prompted scoring (evaluation/prompted.py)
-            from lightning_bench.evaluation.prompted import score_batch
+        if batch.get("kind") in PROMPTED_KINDS:  # downstream prompted scoring (evaluation/evaluator.py)
+            from lightning_bench.evaluation.evaluator import score_test_batch
 
-            dm = self.trainer.datamodule
-            return score_batch(self, batch, dm.generation_settings(batch) if batch["kind"] == "generate" else None)
+            return score_test_batch(self, batch, self.trainer.datamodule)
         self._eval_step(batch, "test")
 
     # ---- fine-tuning: the task head on the sequence representation --------------------------
@@ -239,9 +285,8 @@ class LanguageModule(L.LightningModule):
                 # `_no_weight_decay` is mamba-ssm's flag (e.g. the SSM's A_log and D): honoured for every family
                 exempt = p.ndim < 2 or id(p) in embeddings or getattr(p, "_no_weight_decay", False)
                 (no_decay if exempt else decay).append(p)
-        # `--optimizer_8bit` (set by the CLI): bitsandbytes' AdamW8bit, same groups and schedule
-        if getattr(self, "optimizer_8bit", False):
-            from lightning_bench.quantization import adamw8bit as adamw
+        if self.optimizer_8bit:  # --optimizer_8bit (use_8bit_optimizer)
+            from lightning_bench.quantization.export import adamw8bit as adamw
         else:
             adamw = torch.optim.AdamW
         optimizer = adamw([{"params": decay, "weight_decay": hp.weight_decay},

@@ -10,9 +10,17 @@ import torch
 from torch import nn
 
 from lightning_bench.errors import ConfigError
-from lightning_bench.models.base import LanguageModule
+from lightning_bench.models.base import ClassDefault, LanguageModule
+from lightning_bench.models.mamba import mamba_analytic_flops, mamba_quantizable_layers
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
+# transformers model types that keep a recurrent state, not a KV cache
+NO_KV_CACHE = {"mamba", "mamba2", "falcon_mamba", "rwkv", "xlstm"}
+
+
+def config_has_kv_cache(config) -> bool:
+    """Whether a transformers config describes an attention model with a KV cache to evict from."""
+    return getattr(config, "model_type", None) not in NO_KV_CACHE and hasattr(config, "num_attention_heads")
 
 
 class HFLanguageModel(LanguageModule):
@@ -26,6 +34,8 @@ class HFLanguageModel(LanguageModule):
     """
 
     alias = "hf"
+    # most checkpoints are attention models; an instance answers from its own config
+    supports_kv_cache = ClassDefault(True, lambda self: config_has_kv_cache(self.config))
 
     def __init__(self, pretrained: str, dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32",
                  trust_remote_code: bool = False, revision: Optional[str] = None,
@@ -37,9 +47,10 @@ class HFLanguageModel(LanguageModule):
         self.save_hyperparameters()
         self._config = None
 
-    # a .gguf file is loaded from its folder with gguf_file=<name> (transformers dequantizes it)
     @property
-    def _location(self) -> tuple[str, dict]:
+    def pretrained_location(self) -> tuple[str, dict]:
+        """(name or folder, from_pretrained kwargs); a .gguf file is loaded from its folder with
+        gguf_file=<name> (transformers dequantizes it)."""
         path = self.hparams.pretrained
         kwargs = {"trust_remote_code": self.hparams.trust_remote_code}
         if path.endswith(".gguf"):
@@ -52,7 +63,7 @@ class HFLanguageModel(LanguageModule):
 
     @property
     def tokenizer_source(self) -> dict:
-        name, kwargs = self._location
+        name, kwargs = self.pretrained_location
         return {"name": name, "kwargs": {k: v for k, v in kwargs.items() if k in ("gguf_file", "trust_remote_code")}}
 
     @property
@@ -60,7 +71,7 @@ class HFLanguageModel(LanguageModule):
         if self._config is None:
             from transformers import AutoConfig
 
-            name, kwargs = self._location
+            name, kwargs = self.pretrained_location
             try:
                 self._config = AutoConfig.from_pretrained(name, **kwargs)
             except (OSError, ValueError) as err:
@@ -79,10 +90,33 @@ class HFLanguageModel(LanguageModule):
     def build_network(self, vocab_size: int) -> nn.Module:
         from transformers import AutoModelForCausalLM
 
-        name, kwargs = self._location
+        name, kwargs = self.pretrained_location
         net = AutoModelForCausalLM.from_pretrained(name, config=self.config if "gguf_file" not in kwargs else None,
                                                    dtype=DTYPES[self.hparams.dtype], **kwargs)
-        if vocab_size > net.get_input_embeddings().num_embeddings:
-            raise ConfigError(f"the data's tokenizer has {vocab_size} tokens but the model only "
-                              f"{net.get_input_embeddings().num_embeddings}; use --data.tokenizer auto")
+        check_vocabulary(net, vocab_size)
         return net.train()  # from_pretrained returns eval mode; Lightning switches modes per stage from here
+
+    def load_quantized(self, bits: int, vocab_size: Optional[int] = None, **options):
+        """The checkpoint loaded straight into bitsandbytes low-bit Linear layers (quantization/export.py)."""
+        from lightning_bench.quantization.export import load_pretrained_lowbit
+
+        name, kwargs = self.pretrained_location
+        net, report = load_pretrained_lowbit(name, bits, dtype=DTYPES[self.hparams.dtype],
+                                             describe_layers=mamba_quantizable_layers, **kwargs, **options)
+        check_vocabulary(net, vocab_size)
+        self.net = net
+        return report
+
+    # a Mamba checkpoint is run by the same transformers mixer as MambaLM
+    def analytic_flops(self):
+        return mamba_analytic_flops(self.net) if self.net is not None else []
+
+    def quantizable_layers(self):
+        return mamba_quantizable_layers(self.net) if self.net is not None else super().quantizable_layers()
+
+
+def check_vocabulary(net: nn.Module, vocab_size: Optional[int]) -> None:
+    available = net.get_input_embeddings().num_embeddings
+    if vocab_size is not None and vocab_size > available:
+        raise ConfigError(f"the data's tokenizer has {vocab_size} tokens but the model only {available}; "
+                          "use --data.tokenizer auto")

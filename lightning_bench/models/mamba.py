@@ -10,10 +10,41 @@ from __future__ import annotations
 
 from typing import Optional
 
+import torch
 from torch import nn
 
 from lightning_bench.errors import ConfigError
 from lightning_bench.models.base import LanguageModule
+from lightning_bench.profiling.flops import AnalyticFlops, mamba_mixer_forward_flops
+from lightning_bench.quantization.fake_quant import QuantizableLayers
+
+
+def _mixers(net: nn.Module):
+    # transformers' MambaMixer exactly (checkpoints loaded by HFLanguageModel included); its relatives
+    # (e.g. FalconMambaMixer) compute something else
+    return [(name, m) for name, m in net.named_modules()
+            if type(m).__name__ == "MambaMixer" and hasattr(m, "ssm_state_size")]
+
+
+def _mixer_flops(mixer: nn.Module, args: tuple, kwargs: dict) -> int:
+    h = args[0] if args and isinstance(args[0], torch.Tensor) else kwargs.get("hidden_states")
+    batch, length, hidden = (int(n) for n in h.shape)  # int(): shapes are tensors under jit.trace
+    return mamba_mixer_forward_flops(batch, length, hidden, mixer.intermediate_size, mixer.ssm_state_size,
+                                     mixer.time_step_rank, mixer.conv_kernel_size)
+
+
+def mamba_analytic_flops(net: nn.Module) -> list[AnalyticFlops]:
+    """The selective scan is elementwise work the FLOP counter cannot see; with mamba-ssm's fused kernels
+    it sees none of the mixer: each mixer's whole cost, minus what the counter saw (profiling/flops.py)."""
+    return [AnalyticFlops(m, "mamba_selective_scan", _mixer_flops, whole_module=True) for _, m in _mixers(net)]
+
+
+def mamba_quantizable_layers(net: nn.Module) -> QuantizableLayers:
+    """dt_proj stays fp32: the scan (models/selective_scan.py, mamba-ssm's kernels) reads its weight
+    directly (`dt_proj.weight @ time_step`), which a packed low-bit weight cannot serve."""
+    keep = {f"{name}.dt_proj" if name else "dt_proj": "weight read directly by its parent module (not through forward)"
+            for name, m in _mixers(net) if isinstance(getattr(m, "dt_proj", None), nn.Linear)}
+    return QuantizableLayers(keep_fp32=keep)
 
 
 class MambaLM(LanguageModule):
@@ -75,3 +106,9 @@ class MambaLM(LanguageModule):
 
             install_parallel_scan(net)
         return net
+
+    def analytic_flops(self) -> list[AnalyticFlops]:
+        return mamba_analytic_flops(self.net) if self.net is not None else []
+
+    def quantizable_layers(self) -> QuantizableLayers:
+        return mamba_quantizable_layers(self.net) if self.net is not None else QuantizableLayers()

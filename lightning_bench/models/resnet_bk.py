@@ -14,7 +14,9 @@ from torch import nn
 
 from lightning_bench.errors import ConfigError
 from lightning_bench.models.base import LanguageModule, LMOutput
-from lightning_bench.models.resnet_bk_net import BKConfig, ResNetBKNet
+from lightning_bench.models.resnet_bk_net import BKConfig, BKLayer, ResNetBKNet
+from lightning_bench.profiling.flops import AnalyticFlops
+from lightning_bench.quantization.fake_quant import ActivationRange, QuantizableLayers
 
 
 class ResNetBKLM(LanguageModule):
@@ -74,7 +76,7 @@ class ResNetBKLM(LanguageModule):
     def max_seq_len(self) -> Optional[int]:
         return self.hparams.max_seq_len if self.hparams.position_embedding == "learned" else None
 
-    def lm_forward(self, input_ids, logits_to_keep=None) -> LMOutput:
+    def network_forward(self, input_ids, logits_to_keep=None) -> LMOutput:
         logits, aux_loss = self.net(input_ids)
         return LMOutput(logits if logits_to_keep is None else logits[:, logits_to_keep], aux_loss)
 
@@ -86,3 +88,22 @@ class ResNetBKLM(LanguageModule):
     @property
     def hidden_size(self) -> int:
         return self.net.config.d_model
+
+    def _bk_layers(self) -> list[tuple[str, BKLayer]]:
+        return [(n, m) for n, m in self.net.named_modules() if isinstance(m, BKLayer)] if self.net is not None else []
+
+    def analytic_flops(self) -> list[AnalyticFlops]:
+        return [AnalyticFlops(layer, "bk_scan", _scan_flops) for _, layer in self._bk_layers()]
+
+    def quantizable_layers(self) -> QuantizableLayers:
+        # as the reference: the two bounded activations of every layer, the potential v (v_proj's output,
+        # +-v_max) and the resolvent features G (bk_out's input, +-feature_clamp)
+        ranges = []
+        for name, layer in self._bk_layers():
+            ranges += [ActivationRange(f"{name}.v_proj", "output", float(layer.v_max)),
+                       ActivationRange(f"{name}.bk_out", "input", float(layer.feature_clamp))]
+        return QuantizableLayers(activations=ranges)
+
+
+def _scan_flops(layer: BKLayer, args: tuple, kwargs: dict) -> int:
+    return layer.scan_forward_flops(args[0] if args else kwargs["x"])

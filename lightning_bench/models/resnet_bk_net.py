@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .bk_core import bk_features
+from lightning_bench.models.bk_core import bk_features
+from lightning_bench.profiling.flops import bk_scan_forward_flops
 
 __all__ = ["BKConfig", "MoEFeedForward", "BKLayer", "BKBlock", "ResNetBKNet"]
 
@@ -176,6 +177,12 @@ class BKLayer(nn.Module):
     def potential(self, x: torch.Tensor) -> torch.Tensor:
         """Per-token scalar potential v, clamped to +-v_max: (B, N)."""
         return self.v_proj(x).squeeze(-1).clamp(-self.v_max, self.v_max)
+
+    def scan_forward_flops(self, x: torch.Tensor) -> int:
+        """FLOPs of the resolvent-diagonal scan on input x (..., N, d): elementwise complex arithmetic
+        that the FLOP counter cannot see (formula: profiling/flops.py)."""
+        batch = math.prod(int(n) for n in x.shape[:-2])  # int(): shapes are tensors under jit.trace
+        return bk_scan_forward_flops(batch, int(x.shape[-2]), self.impl)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         feats = bk_features(self.potential(x), self.z, self.feature_clamp, impl=self.impl)

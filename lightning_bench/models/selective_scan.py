@@ -133,7 +133,7 @@ def _neighbour_product(x: torch.Tensor, y: torch.Tensor, zero_first: bool) -> to
     return z
 
 
-class _LinearScan(torch.autograd.Function):
+class LinearScan(torch.autograd.Function):
     """h = scan(c, b) along dim 0 with c_t = a_t, or, if `shifted`, the previous element's a in scan
     order (a_{t-1} forward, a_{t+1} reverse; 0 at the start). The backward is the adjoint recurrence,
     a scan the other way whose coefficients are the next element's: built from this Function, so
@@ -151,7 +151,7 @@ class _LinearScan(torch.autograd.Function):
         a, h = ctx.saved_tensors
         # forward scan: lam_t = g_t + c_{t+1} lam_{t+1}, grad c_t = lam_t h_{t-1} (reverse: mirrored);
         # c_{t+1} is a_{t+1} (not shifted: the other way's "shifted") or a_t (shifted: "not shifted")
-        lam = _LinearScan.apply(a, grad_h, ctx.chunk_size, not ctx.reverse, not ctx.shifted)
+        lam = LinearScan.apply(a, grad_h, ctx.chunk_size, not ctx.reverse, not ctx.shifted)
         grad_a = None
         if ctx.needs_input_grad[0]:
             # grad a_t: lam_t h_{t-1} (not shifted) or lam_{t+1} h_t (shifted, a_t = c_{t+1}); mirrored in reverse
@@ -186,13 +186,13 @@ def linear_scan(a: torch.Tensor, b: torch.Tensor, dim: int = 1, initial_state: O
     a, b = a.movedim(dim, 0), b.movedim(dim, 0)
     if initial_state is not None and a.shape[0] > 0:  # fold h_{-1} into the first input
         b = torch.cat([b[:1] + a[:1] * initial_state.to(dtype).unsqueeze(0), b[1:]])
-    return _LinearScan.apply(a, b, chunk_size, False, False).movedim(0, dim)
+    return LinearScan.apply(a, b, chunk_size, False, False).movedim(0, dim)
 
 
 # ---- the mixer forward ---------------------------------------------------------------------------
 # mamba-ssm (transformers picks it up by itself) or the hub `kernels` package (`use_kernels=True`):
 # with either installed, a mixer on an accelerator keeps transformers' forward (its kernel path).
-_KERNEL_PACKAGES_INSTALLED = any(importlib.util.find_spec(name) is not None for name in ("mamba_ssm", "kernels"))
+KERNEL_PACKAGES_INSTALLED = any(importlib.util.find_spec(name) is not None for name in ("mamba_ssm", "kernels"))
 
 
 def _modeling_mamba():
@@ -252,12 +252,12 @@ def selective_scan(hidden_states, dt, A, B, C, D=None, z=None, delta_bias=None, 
     return scan_output
 
 
-def _use_transformers_forward(mixer: nn.Module, hidden_states: torch.Tensor, cache_params, kwargs) -> bool:
+def use_transformers_forward(mixer: nn.Module, hidden_states: torch.Tensor, cache_params, kwargs) -> bool:
     if cache_params is not None:  # generation: conv/ssm states to read and update
         return True
     if any(v is not None for v in kwargs.values()):  # e.g. seq_idx / cu_seqlens for the conv kernel
         return True
-    if hidden_states.device.type != "cpu" and _KERNEL_PACKAGES_INSTALLED:  # the CUDA kernel path
+    if hidden_states.device.type != "cpu" and KERNEL_PACKAGES_INSTALLED:  # the CUDA kernel path
         return True
     from transformers.utils.import_utils import is_mambapy_available, is_torchdynamo_compiling
 
@@ -276,7 +276,7 @@ def fast_slow_forward(mixer: nn.Module, hidden_states: torch.Tensor, cache_param
     attention_mask included (padding positions zeroed before in_proj and after the conv, as there);
     anything else is handed to the original `type(mixer).forward`.
     """
-    if _use_transformers_forward(mixer, hidden_states, cache_params, kwargs):
+    if use_transformers_forward(mixer, hidden_states, cache_params, kwargs):
         return type(mixer).forward(mixer, hidden_states, cache_params=cache_params,
                                    attention_mask=attention_mask, **kwargs)
     return _parallel_forward(mixer, hidden_states, attention_mask)

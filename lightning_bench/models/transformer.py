@@ -31,6 +31,7 @@ class TransformerLM(LanguageModule):
     """
 
     alias = "transformer"
+    supports_kv_cache = True
 
     def __init__(self, n_layer: int = 2, d_model: int = 128, n_head: int = 4, n_kv_head: Optional[int] = None,
                  d_ff: Optional[int] = None, max_seq_len: int = 1024, rope_theta: float = 10000.0,

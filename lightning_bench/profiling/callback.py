@@ -27,8 +27,8 @@ from typing import Optional
 import lightning as L
 
 from lightning_bench.profiling.flops import COUNTERS, FlopSession, StepFlops, backward_from_forward, measure_flops
-from lightning_bench.profiling.monitors import (STAGES, MemoryCallback, ThroughputCallback, _batch_counts,
-                                                log_metrics)
+from lightning_bench.profiling.monitors import (STAGES, MemoryCallback, ThroughputCallback, batch_counts,
+                                                log_metrics, peak_memory)
 
 __all__ = ["FlopsCallback", "ProfilingCallback", "SUMMARY_KEYS"]
 
@@ -90,7 +90,7 @@ class FlopsCallback(L.Callback):
         self._measured_now["train"] = False
         if not self.train or self.train_flops is not None or trainer.sanity_checking or self._phase:
             return
-        self._counts = _batch_counts(batch)
+        self._counts = batch_counts(batch)
         if not self._counts[0]:
             return  # not an LM batch: nothing to count per token
         self._measured_now["train"] = True
@@ -130,7 +130,7 @@ class FlopsCallback(L.Callback):
         self._measured_now[stage] = False
         if not self.eval or stage in self.eval_flops or trainer.sanity_checking or self._phase:
             return
-        self._counts = _batch_counts(batch)
+        self._counts = batch_counts(batch)
         if not self._counts[0] or _has_parametrizations(pl_module):
             # torch's FlopCounterMode (its ModuleTracker) crashes under no_grad/inference_mode when a
             # module's input is a leaf Parameter, which is what a weight parametrization (QAT
@@ -201,6 +201,8 @@ class ProfilingCallback(L.Callback):
     perf/peak_memory_reserved_mb.
     """
 
+    record_keys = SUMMARY_KEYS  # what record_fields gives the run's record
+
     def __init__(self, flops: bool = True, memory: bool = True, throughput: bool = True, counter: str = "torch",
                  peak_flops: Optional[float] = None):
         self.flops = FlopsCallback(counter=counter) if flops else None
@@ -219,6 +221,14 @@ class ProfilingCallback(L.Callback):
             out.update(s)
         out["per_stage"] = {s: per_stage[s] for s in STAGES if s in per_stage}
         return out
+
+    def record_fields(self, trainer, pl_module) -> dict:
+        """The record's cost fields (results/recorder.py asks every callback): `summary()`, with the
+        process's peak memory even when the memory part is off."""
+        summary = self.summary()
+        if summary.get("peak_memory_mb") is None:
+            summary.update(peak_memory(trainer.strategy.root_device))
+        return summary
 
     # ---- hook forwarding -------------------------------------------------------------------------
     def setup(self, trainer, pl_module, stage):

@@ -47,6 +47,9 @@ Counter fixes (the first two are ``counter_custom_mapping()``, FlopCounterMode's
 
 Analytic terms (forward; added by forward hooks on the modules while the counter runs)
 ======================================================================================
+The model declares which of its modules need a term (``LanguageModule.analytic_flops()``, a list of
+``AnalyticFlops``: module, kind, formula); the formulas are the pure functions below.
+
 ResNet-BK scan (``BKLayer``, default ``scan_impl="scan"``), per sequence of length N, per layer:
 
 * ``alpha_i = v_i - 2 - z``: one complex subtraction, 2 N.
@@ -112,10 +115,9 @@ from __future__ import annotations
 
 import functools
 import importlib
-import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -124,6 +126,7 @@ from torch.utils import flop_counter as _fc
 from torch.utils.flop_counter import FlopCounterMode
 
 __all__ = [
+    "AnalyticFlops",
     "COUNTERS",
     "FlopCount",
     "FlopSession",
@@ -312,20 +315,25 @@ class StepFlops:
 # ---------------------------------------------------------------------------------------------
 # analytic hooks
 # ---------------------------------------------------------------------------------------------
-def _first_tensor(args, kwargs, name):
-    if args and isinstance(args[0], torch.Tensor):
-        return args[0]
-    return kwargs.get(name)
+class AnalyticFlops(NamedTuple):
+    """Work inside `module` that the counter cannot see, as its model declares it.
+
+    `forward_flops(module, args, kwargs)` gives one call's forward FLOPs. `whole_module=False`: they are
+    added as they are (e.g. the BK scan's elementwise work). `whole_module=True`: they are the module's
+    whole cost in counter conventions, and what the counter saw inside the call is subtracted (e.g.
+    the Mamba mixer, whose projections the counter sees on one path and not on another).
+    """
+
+    module: nn.Module
+    kind: str
+    forward_flops: Callable[[nn.Module, tuple, dict], int]
+    whole_module: bool = False
 
 
-def _analytic_rule(module: nn.Module) -> Optional[str]:
-    from lightning_bench.models.resnet_bk_net import BKLayer
-
-    if isinstance(module, BKLayer):
-        return "bk_scan"
-    if type(module).__name__ == "MambaMixer" and hasattr(module, "ssm_state_size"):
-        return "mamba_selective_scan"
-    return None
+def declared_analytic_flops(module: nn.Module) -> list[AnalyticFlops]:
+    """What `module` (a LanguageModule; any other module declares nothing) says needs analytic terms."""
+    declare = getattr(module, "analytic_flops", None)
+    return list(declare()) if callable(declare) else []
 
 
 class _AnalyticHooks:
@@ -339,35 +347,30 @@ class _AnalyticHooks:
         self._seen = seen
         self._handles = []
         self._stack: dict[int, list[int]] = {}
-        for name, module in root.named_modules():
-            kind = _analytic_rule(module)
-            if kind is None:
-                continue
+        names = {id(m): name for name, m in root.named_modules()}
+        for rule in declared_analytic_flops(root):
+            module = rule.module
             self._handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
-            self._handles.append(module.register_forward_hook(self._make_post(kind, name), with_kwargs=True))
+            self._handles.append(module.register_forward_hook(self._make_post(rule, names.get(id(module), "")),
+                                                              with_kwargs=True))
 
     def _pre(self, module, args, kwargs):
         if self._seen is not None:
             self._stack.setdefault(id(module), []).append(self._seen())
 
-    def _make_post(self, kind: str, name: str):
+    def _make_post(self, rule: AnalyticFlops, name: str):
+        kind = rule.kind
+
         def post(module, args, kwargs, output):
             before = self._stack[id(module)].pop() if self._seen is not None else None
-            if kind == "bk_scan":
-                x = _first_tensor(args, kwargs, "x")
-                batch = math.prod(int(n) for n in x.shape[:-2])  # int(): shapes are tensors under jit.trace
-                self._add(kind, bk_scan_forward_flops(batch, int(x.shape[-2]), module.impl))
-            else:  # mamba_selective_scan
-                h = _first_tensor(args, kwargs, "hidden_states")
-                batch, length, hidden = (int(n) for n in h.shape)
-                full = mamba_mixer_forward_flops(batch, length, hidden, module.intermediate_size,
-                                                 module.ssm_state_size, module.time_step_rank,
-                                                 module.conv_kernel_size)
-                if self._seen is None:
-                    self.pending.append((kind, name, full))
-                    self.calls[kind] = self.calls.get(kind, 0) + 1
-                else:
-                    self._add(kind, max(0, full - (self._seen() - before)))
+            flops = int(rule.forward_flops(module, args, kwargs))
+            if not rule.whole_module:
+                self._add(kind, flops)
+            elif self._seen is None:
+                self.pending.append((kind, name, flops))
+                self.calls[kind] = self.calls.get(kind, 0) + 1
+            else:
+                self._add(kind, max(0, flops - (self._seen() - before)))
             return None
         return post
 

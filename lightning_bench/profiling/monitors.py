@@ -128,7 +128,7 @@ class _StageMeter:
         self.seconds, self.tokens, self.samples, self.batches = 0.0, 0, 0, 0
 
 
-def _batch_counts(batch: Any) -> tuple[int, int]:
+def batch_counts(batch: Any) -> tuple[int, int]:
     """(tokens, samples) of an LM batch: {"input_ids": (B, T), ...}, (input_ids, ...) or a tensor."""
     if isinstance(batch, dict):
         ids = batch.get("input_ids")
@@ -139,12 +139,19 @@ def _batch_counts(batch: Any) -> tuple[int, int]:
     return int(ids.numel()), int(ids.shape[0]) if ids.dim() > 1 else 1
 
 
+def is_flop_source(callback) -> bool:
+    """What ThroughputCallback needs of a FLOP counter (FlopsCallback has both)."""
+    return callable(getattr(callback, "flops_per_token", None)) and \
+        callable(getattr(callback, "measured_current_batch", None))
+
+
 class ThroughputCallback(L.Callback):
     """Tokens/s, samples/s and MFU per stage (see the module docstring).
 
     Args:
-        flops: the FlopsCallback that provides FLOPs per token (for MFU) and says which batch it
-            measured (excluded from timing). Default: the first FlopsCallback in ``trainer.callbacks``.
+        flops: the FLOP source (a FlopsCallback: ``flops_per_token(stage)`` for MFU and
+            ``measured_current_batch(stage)``, the batch excluded from timing). Default: the first
+            callback in ``trainer.callbacks`` that has both.
         peak_flops: device peak FLOP/s to use instead of Lightning's table (e.g. a measured CPU peak).
     """
 
@@ -160,9 +167,7 @@ class ThroughputCallback(L.Callback):
         self._cuda = _cuda_device(trainer)
         self.peak_flops = self.peak_flops_override or device_peak_flops(trainer)
         if self.flops is None:
-            from lightning_bench.profiling.callback import FlopsCallback
-
-            self.flops = next((c for c in trainer.callbacks if isinstance(c, FlopsCallback)), None)
+            self.flops = next((c for c in trainer.callbacks if is_flop_source(c)), None)
 
     # ---- timing --------------------------------------------------------------------------------
     def _start(self, trainer) -> None:
@@ -180,7 +185,7 @@ class ThroughputCallback(L.Callback):
         elapsed = time.perf_counter() - t0
         if self.flops is not None and self.flops.measured_current_batch(stage):
             return
-        tokens, samples = _batch_counts(batch)
+        tokens, samples = batch_counts(batch)
         meter = self.meters.setdefault(stage, _StageMeter())
         meter.seconds += elapsed
         meter.tokens += tokens

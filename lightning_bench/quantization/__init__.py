@@ -18,6 +18,9 @@
     callback.size(pl_module) -> size_breakdown of the low-bit model (of an exported copy while the
                     network is still fake-quant), for the record's model_size_mb.
     callback.report          -> dict describing what was done (plan / export path / layers kept fp32).
+
+What is specific to a model family (layers kept fp32, activations to fake-quantize, loading a
+checkpoint directly in low bit) comes from the model: `quantizable_layers()`, `load_quantized()`.
 """
 
 from __future__ import annotations
@@ -27,18 +30,20 @@ from lightning_bench.quantization.export import (ExportReport, adamw8bit, dequan
                                                  export_lowbit, exported_size, is_exported, load_pretrained_lowbit,
                                                  size_breakdown)
 from lightning_bench.quantization.fake_quant import (DEFAULT_SKIP_MODULES, NF4_BLOCKSIZE, NF4_CODE, SUPPORTED_BITS,
-                                                     FakeQuantWeight, QuantPlan, attach_bk_activation_quant,
-                                                     bk_activation_bits, detach_bk_activation_quant,
-                                                     fake_quant_weight, fixed_range_fake_quant, int8_fake_quant,
-                                                     int8_quantize, is_qat, nf4_fake_quant, nf4_quantize,
-                                                     plan_quantization, prepare_qat, remove_qat)
+                                                     ActivationRange, FakeQuantWeight, QuantizableLayers, QuantPlan,
+                                                     activation_quant_bits, attach_activation_quant,
+                                                     detach_activation_quant, fake_quant_weight,
+                                                     fixed_range_fake_quant, int8_fake_quant, int8_quantize, is_qat,
+                                                     nf4_fake_quant, nf4_quantize, plan_quantization, prepare_qat,
+                                                     remove_qat)
 
 __all__ = [
     "QuantizationCallback", "SUPPORTED_BITS", "DEFAULT_SKIP_MODULES", "NF4_BLOCKSIZE", "NF4_CODE",
     # QAT
     "QuantPlan", "plan_quantization", "prepare_qat", "remove_qat", "is_qat", "FakeQuantWeight",
     "fake_quant_weight", "int8_quantize", "int8_fake_quant", "nf4_quantize", "nf4_fake_quant",
-    "fixed_range_fake_quant", "attach_bk_activation_quant", "detach_bk_activation_quant", "bk_activation_bits",
+    "fixed_range_fake_quant", "QuantizableLayers", "ActivationRange", "attach_activation_quant",
+    "detach_activation_quant", "activation_quant_bits",
     # low-bit modules, size, optimizer
     "ExportReport", "export_lowbit", "exported_size", "is_exported", "dequantized_weight",
     "load_pretrained_lowbit", "size_breakdown", "adamw8bit",

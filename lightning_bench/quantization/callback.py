@@ -8,8 +8,8 @@ import lightning as L
 
 from lightning_bench.errors import ConfigError
 from lightning_bench.quantization.export import (EXPORT_METHODS, ExportReport, export_lowbit, exported_size,
-                                                 is_exported, load_pretrained_lowbit, size_breakdown)
-from lightning_bench.quantization.fake_quant import (DEFAULT_SKIP_MODULES, SUPPORTED_BITS, bk_activation_bits,
+                                                 is_exported, size_breakdown)
+from lightning_bench.quantization.fake_quant import (DEFAULT_SKIP_MODULES, SUPPORTED_BITS, activation_quant_bits,
                                                      prepare_qat)
 
 
@@ -22,17 +22,21 @@ class QuantizationCallback(L.Callback):
             (default: the output head "lm_head"; embeddings are never quantized).
         incompatible: 4-bit layers whose in_features is not a multiple of 64: "error" (ConfigError)
             or "skip" (keep them fp32). Layers narrower than 64 inputs are always kept fp32.
-        act_bits: ResNet-BK potential v / features G fake-quant bits (None: not quantized).
+        act_bits: fake-quant bits of the activations the model declares (ResNet-BK: potential v and
+            features G; None: not quantized).
         int8_threshold: Linear8bitLt outlier threshold (0.0: pure int8, no fp16 outlier columns).
         cpu_bf16_kernel: let Linear4bit use bitsandbytes' fused AVX512-BF16 CPU kernel (faster, bf16
             arithmetic, fails on some shapes); off = dequantize to fp32 and matmul.
         hf_method: how a pretrained HF model is loaded for evaluation ("auto", "bitsandbytes_config",
             "export"; see load_pretrained_lowbit).
-        load_hf_lowbit: load a pretrained HF model for validate/test directly in low bit. Set it False
+        load_hf_lowbit: load a pretrained model (one whose `load_quantized` can) for validate/test
+            directly in low bit. Set it False
             when a checkpoint (fine-tuned weights) will be restored into it: then the fp32 network is
             built, the checkpoint restored, and the result exported (a low-bit network cannot take
             fp32 checkpoint weights; trying raises a ConfigError).
     """
+
+    record_keys = ("model_size_mb", "model_size", "quantization")  # what record_fields gives the run's record
 
     def __init__(self, bits: int, skip_modules: Sequence[str] = DEFAULT_SKIP_MODULES, incompatible: str = "error",
                  act_bits: Optional[int] = 8, int8_threshold: float = 0.0, cpu_bf16_kernel: bool = False,
@@ -47,37 +51,26 @@ class QuantizationCallback(L.Callback):
         self.report: dict = {"bits": bits}
         self._qat_fit = False  # a fit with QAT ran: validations keep evaluating the fake-quant model
 
-    @property
-    def _options(self) -> dict:
-        return {"skip_modules": self.skip_modules, "incompatible": self.incompatible}
+    def _options(self, pl_module) -> dict:
+        return {"skip_modules": self.skip_modules, "incompatible": self.incompatible,
+                "layers": pl_module.quantizable_layers()}
 
     # ---- fit -------------------------------------------------------------------------------
     def setup(self, trainer, pl_module, stage: str) -> None:
         if stage == "fit":
             pl_module.configure_model()  # idempotent: builds the network from the data's vocabulary
-            plan = prepare_qat(pl_module.net, self.bits, act_bits=self.act_bits, **self._options)
-            self.report.update(mode="qat", act_bits=self.act_bits if bk_activation_bits(pl_module.net) else None,
+            plan = prepare_qat(pl_module.net, self.bits, act_bits=self.act_bits, **self._options(pl_module))
+            self.report.update(mode="qat", act_bits=self.act_bits if activation_quant_bits(pl_module.net) else None,
                                **plan.as_dict())
             self.report.pop("quantized", None)
             self._qat_fit = True
-        elif pl_module.net is None and self.load_hf_lowbit and _is_hf(pl_module):
-            self._load_hf(trainer, pl_module)
-
-    def _load_hf(self, trainer, pl_module) -> None:
-        from lightning_bench.models.hf import DTYPES
-
-        name, kwargs = pl_module._location
-        net, report = load_pretrained_lowbit(name, self.bits, method=self.hf_method,
-                                             int8_threshold=self.int8_threshold,
-                                             cpu_bf16_kernel=self.cpu_bf16_kernel,
-                                             dtype=DTYPES[pl_module.hparams.dtype], **kwargs, **self._options)
-        dm = getattr(trainer, "datamodule", None)
-        vocab = getattr(dm, "vocab_size", None)
-        if vocab is not None and vocab > net.get_input_embeddings().num_embeddings:
-            raise ConfigError(f"the data's tokenizer has {vocab} tokens but the model only "
-                              f"{net.get_input_embeddings().num_embeddings}; use --data.tokenizer auto")
-        pl_module.net = net
-        self._set_export_report(report)
+        elif pl_module.net is None and self.load_hf_lowbit:
+            vocab = getattr(getattr(trainer, "datamodule", None), "vocab_size", None)
+            report = pl_module.load_quantized(self.bits, vocab, method=self.hf_method,
+                                              int8_threshold=self.int8_threshold, cpu_bf16_kernel=self.cpu_bf16_kernel,
+                                              skip_modules=self.skip_modules, incompatible=self.incompatible)
+            if report is not None:
+                self._set_export_report(report)
 
     # ---- validate / test ---------------------------------------------------------------------
     def _export(self, trainer, pl_module) -> None:
@@ -86,7 +79,7 @@ class QuantizationCallback(L.Callback):
         if self._qat_fit and trainer.state.fn == "validate":
             return  # the final validation of a fit: same (fake-quant) model as the rest of its curve
         report = export_lowbit(pl_module.net, self.bits, act_bits=self.act_bits, int8_threshold=self.int8_threshold,
-                               cpu_bf16_kernel=self.cpu_bf16_kernel, **self._options)
+                               cpu_bf16_kernel=self.cpu_bf16_kernel, **self._options(pl_module))
         self._set_export_report(report)
 
     def _set_export_report(self, report: ExportReport) -> None:
@@ -111,10 +104,11 @@ class QuantizationCallback(L.Callback):
         if is_exported(net):
             return size_breakdown(net)
         return exported_size(net, self.bits, act_bits=self.act_bits, int8_threshold=self.int8_threshold,
-                             **self._options)
+                             **self._options(pl_module))
 
-
-def _is_hf(pl_module) -> bool:
-    from lightning_bench.models.hf import HFLanguageModel
-
-    return isinstance(pl_module, HFLanguageModel)
+    def record_fields(self, trainer, pl_module) -> dict:
+        """model_size_mb of the low-bit model, its breakdown and what was done (results/recorder.py)."""
+        size = self.size(pl_module)
+        if size is None:
+            return {}
+        return {"model_size_mb": size["total_mb"], "model_size": size, "quantization": self.report}

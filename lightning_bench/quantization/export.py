@@ -22,15 +22,16 @@ import functools
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 from torch import nn
 
 from lightning_bench.errors import ConfigError
-from lightning_bench.quantization.fake_quant import (DEFAULT_SKIP_MODULES, NF4_BLOCKSIZE, QuantPlan, _is_lowbit,
-                                                     _qat_bits, attach_bk_activation_quant, check_bits,
-                                                     fake_quant_weight, plan_quantization, remove_qat)
+from lightning_bench.quantization.fake_quant import (DEFAULT_SKIP_MODULES, NF4_BLOCKSIZE, QuantizableLayers,
+                                                     QuantPlan, attach_activation_quant, check_bits,
+                                                     fake_quant_weight, is_lowbit, plan_quantization, qat_bits,
+                                                     remove_qat)
 
 EXPORT_METHODS = ("auto", "bitsandbytes_config", "export")
 
@@ -120,7 +121,7 @@ def _finish_lowbit(net: nn.Module, cpu_bf16_kernel: bool) -> None:
     for module in net.modules():
         if isinstance(module, bnb.nn.Linear4bit):
             module.support_avx512bf16_for_cpu = cpu_bf16_kernel and getattr(module, "support_avx512bf16_for_cpu", False)
-        if _is_lowbit(module) and not getattr(module, "_lb_load_guard", False):
+        if is_lowbit(module) and not getattr(module, "_lb_load_guard", False):
             module.register_load_state_dict_pre_hook(_refuse_float_weight)
             module._lb_load_guard = True
 
@@ -149,17 +150,18 @@ def _to_lowbit(linear: nn.Linear, bits: int, int8_threshold: float) -> nn.Module
 # ---- whole networks --------------------------------------------------------------------------------
 def export_lowbit(net: nn.Module, bits: int, *, skip_modules: Sequence[str] = DEFAULT_SKIP_MODULES,
                   incompatible: str = "error", act_bits: Optional[int] = 8, int8_threshold: float = 0.0,
-                  cpu_bf16_kernel: bool = False, check: bool = True) -> ExportReport:
+                  cpu_bf16_kernel: bool = False, check: bool = True,
+                  layers: Optional[QuantizableLayers] = None) -> ExportReport:
     """Replace the planned Linear layers of `net` (QAT or plain, on its current device) in place by
-    bitsandbytes Linear8bitLt / Linear4bit(nf4) holding the latent weights; for ResNet-BK, (re)attach
-    the v / G activation fake-quant at `act_bits` (None: none). `check` compares every stored weight,
+    bitsandbytes Linear8bitLt / Linear4bit(nf4) holding the latent weights; (re)attach the activation
+    fake-quant `layers` declares at `act_bits` (None: none). `check` compares every stored weight,
     dequantized, with the fake-quant of the latent weight (report.max_dequant_error).
     Raises ConfigError as `plan_quantization` does, or when `net` was QAT-trained at other bits.
     """
     check_bits(bits)
-    plan = plan_quantization(net, bits, skip_modules, incompatible)
+    plan = plan_quantization(net, bits, skip_modules, incompatible, layers)
     modules = dict(net.named_modules())
-    trained = {_qat_bits(modules[n]) for n in plan.quantized} - {None}
+    trained = {qat_bits(modules[n]) for n in plan.quantized} - {None}
     if trained - {bits}:
         raise ConfigError(f"the network was quantization-aware trained at {sorted(trained)[0]} bits; "
                           f"export it at those bits, not {bits}")
@@ -175,7 +177,8 @@ def export_lowbit(net: nn.Module, bits: int, *, skip_modules: Sequence[str] = DE
         setattr(net.get_submodule(parent_name) if parent_name else net, child, new)
         del linear
     _finish_lowbit(net, cpu_bf16_kernel)
-    hooked = attach_bk_activation_quant(net, act_bits) if act_bits is not None else 0
+    ranges = layers.activations if layers is not None else []
+    hooked = attach_activation_quant(net, ranges, act_bits) if act_bits is not None else 0
     return ExportReport(bits, "export", list(plan.quantized), dict(plan.kept_fp32), act_bits if hooked else None,
                         max_err, size=size_breakdown(net))
 
@@ -186,7 +189,7 @@ def exported_size(net: nn.Module, bits: int, **export_kwargs) -> dict:
 
 
 def is_exported(net: nn.Module) -> bool:
-    return any(_is_lowbit(m) for m in net.modules())
+    return any(is_lowbit(m) for m in net.modules())
 
 
 # ---- pretrained HF models ---------------------------------------------------------------------------
@@ -208,7 +211,7 @@ def _bnb_config(bits: int, plan: QuantPlan, int8_threshold: float):
 def _disagreement(net: nn.Module, plan: QuantPlan, bits: int, int8_threshold: float) -> Optional[str]:
     """Why a transformers-quantized model is not the model export_lowbit would make (None: it is)."""
     bnb = _bnb()
-    lowbit = {name: m for name, m in net.named_modules() if _is_lowbit(m)}
+    lowbit = {name: m for name, m in net.named_modules() if is_lowbit(m)}
     missing = [n for n in plan.quantized if n not in lowbit]
     if missing:
         return f"transformers left {missing[0]} unquantized"
@@ -230,6 +233,7 @@ def _disagreement(net: nn.Module, plan: QuantPlan, bits: int, int8_threshold: fl
 def load_pretrained_lowbit(pretrained: str, bits: int, *, method: str = "auto",
                            skip_modules: Sequence[str] = DEFAULT_SKIP_MODULES, incompatible: str = "error",
                            int8_threshold: float = 0.0, cpu_bf16_kernel: bool = False,
+                           describe_layers: Optional[Callable[[nn.Module], QuantizableLayers]] = None,
                            **from_pretrained_kwargs) -> tuple[nn.Module, ExportReport]:
     """Load a pretrained causal LM with low-bit Linear layers: (network, report); report.path says how.
 
@@ -237,6 +241,7 @@ def load_pretrained_lowbit(pretrained: str, bits: int, *, method: str = "auto",
     with transformers 5.23 / bitsandbytes 0.50.2); if that raises, or produces a model other than the
     one export_lowbit would make (other layers, other settings), it loads fp32 and exports
     ("fp32_then_export", with `fallback_reason`). "bitsandbytes_config" / "export" force one path.
+    `describe_layers(net)` gives the model family's QuantizableLayers of a network (its layers kept fp32).
     `from_pretrained_kwargs` go to AutoModelForCausalLM.from_pretrained (dtype, revision, ...).
     """
     check_bits(bits)
@@ -254,14 +259,15 @@ def load_pretrained_lowbit(pretrained: str, bits: int, *, method: str = "auto",
             with torch.device("meta"):
                 skeleton = AutoModelForCausalLM.from_config(
                     config, trust_remote_code=from_pretrained_kwargs.get("trust_remote_code", False))
-            plan = plan_quantization(skeleton, bits, skip_modules, incompatible)  # ConfigError: no path would do
+            layers = describe_layers(skeleton) if describe_layers is not None else None
+            plan = plan_quantization(skeleton, bits, skip_modules, incompatible, layers)  # ConfigError: no path would do
             del skeleton
             net = AutoModelForCausalLM.from_pretrained(
                 pretrained, quantization_config=_bnb_config(bits, plan, int8_threshold), **from_pretrained_kwargs)
             reason = _disagreement(net, plan, bits, int8_threshold)
             if reason is None:
                 _finish_lowbit(net, cpu_bf16_kernel)
-                lowbit = [name for name, m in net.named_modules() if _is_lowbit(m)]
+                lowbit = [name for name, m in net.named_modules() if is_lowbit(m)]
                 return net, ExportReport(bits, "bitsandbytes_config", lowbit, dict(plan.kept_fp32),
                                          size=size_breakdown(net))
             del net
@@ -276,7 +282,8 @@ def load_pretrained_lowbit(pretrained: str, bits: int, *, method: str = "auto",
     except (OSError, ValueError) as err:
         raise ConfigError(f"cannot load pretrained model {pretrained!r}: {_first_line(err)}") from err
     report = export_lowbit(net, bits, skip_modules=skip_modules, incompatible=incompatible, act_bits=None,
-                           int8_threshold=int8_threshold, cpu_bf16_kernel=cpu_bf16_kernel)
+                           int8_threshold=int8_threshold, cpu_bf16_kernel=cpu_bf16_kernel,
+                           layers=describe_layers(net) if describe_layers is not None else None)
     report.path, report.fallback_reason = "fp32_then_export", reason
     return net, report
 
@@ -298,7 +305,7 @@ def size_breakdown(module: nn.Module) -> dict:
     """
     lowbit_keys, fp32_equivalent, layers = set(), 0, 0
     for name, m in module.named_modules():
-        if _is_lowbit(m):
+        if is_lowbit(m):
             layers += 1
             lowbit_keys.update(f"{name}.{k}" if name else k for k in m.state_dict(keep_vars=False))
             fp32_equivalent += 4 * (m.in_features * m.out_features + (m.out_features if m.bias is not None else 0))

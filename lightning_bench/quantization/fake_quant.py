@@ -19,12 +19,15 @@ bitsandbytes/transformers do; embeddings are not Linear and stay fp32). 4-bit ne
 be a multiple of the 64-weight block: bitsandbytes' CPU NF4 kernel dequantizes other shapes wrongly
 (blocks that straddle rows; measured with bitsandbytes 0.50.2). A layer narrower than one block
 (ResNet-BK's bk_out, Linear(2 -> d)) is kept in fp32; any other misfit is a ConfigError unless
-`incompatible="skip"`. Mamba's dt_proj also stays fp32: the selective scan reads its weight directly.
+`incompatible="skip"`.
 
-ResNet-BK additionally gets its two bounded activations fake-quantized (symmetric per tensor, fixed
-range, STE), as the reference did: the potential v (output of every `v_proj`, range +-v_max) and the
-resolvent features G (input of every `bk_out`, range +-feature_clamp). These hooks stay on the
-exported model too: they are part of the quantized model's definition, not of its storage.
+What is specific to a model family comes from the model, as `QuantizableLayers`
+(`LanguageModule.quantizable_layers()`): Linear layers that must stay fp32 (e.g. Mamba's dt_proj,
+whose weight the selective scan reads directly) and bounded activations to fake-quantize (symmetric
+per tensor, fixed range, STE; e.g. ResNet-BK's potential v, output of every `v_proj`, range +-v_max,
+and resolvent features G, input of every `bk_out`, range +-feature_clamp, as the reference did).
+Activation hooks stay on the exported model too: they are part of the quantized model's definition,
+not of its storage.
 
 The parametrization changes a module's state_dict keys (`weight` -> `parametrizations.weight.original`);
 `prepare_qat` adds hooks that save and load the latent weight under the plain `weight` key, so a QAT
@@ -173,6 +176,26 @@ class QuantPlan:
                 "kept_fp32": dict(self.kept_fp32)}
 
 
+@dataclass(frozen=True)
+class ActivationRange:
+    """Fake-quantize the output (`where="output"`) or the first input (`"input"`) of the module called
+    `name` in the network on the fixed range [-limit, limit]."""
+
+    name: str
+    where: str
+    limit: float
+
+
+@dataclass
+class QuantizableLayers:
+    """What a model family tells quantization about its network: `keep_fp32` Linear layers (name ->
+    why: e.g. a parent module reads the weight directly, which a packed low-bit weight cannot serve)
+    and `activations` to fake-quantize."""
+
+    keep_fp32: dict[str, str] = field(default_factory=dict)
+    activations: list[ActivationRange] = field(default_factory=list)
+
+
 def matches_skip(name: str, patterns: Iterable[str]) -> bool:
     """A skip entry matches whole dotted segments of a module name, anywhere in it: 'lm_head' matches
     'lm_head' and 'model.lm_head' (not 'lm_head2'); 'layers.0' matches 'model.layers.0.mlp.up_proj';
@@ -185,7 +208,8 @@ def matches_skip(name: str, patterns: Iterable[str]) -> bool:
     return False
 
 
-def _is_lowbit(module: nn.Module) -> bool:
+def is_lowbit(module: nn.Module) -> bool:
+    """Whether `module` is a bitsandbytes low-bit Linear."""
     cls = type(module)
     return cls.__module__.startswith("bitsandbytes") and cls.__name__ in ("Linear8bitLt", "Linear4bit",
                                                                            "LinearNF4", "LinearFP4")
@@ -198,24 +222,10 @@ def latent_weight(linear: nn.Linear) -> nn.Parameter:
     return linear.weight
 
 
-# Linear layers whose weight some module reads directly (`layer.weight @ x`) instead of calling the
-# layer: a low-bit module's packed weight cannot be used that way, so they stay fp32 (both in QAT and
-# export, so that what is trained is what is evaluated). {mixer class name: child Linear names}
-DIRECT_WEIGHT_READERS = {"MambaMixer": ("dt_proj",)}  # models/selective_scan.py: dt_proj.weight @ time_step
-
-
-def _direct_weight_layers(net: nn.Module) -> set[str]:
-    names = set()
-    for name, module in net.named_modules():
-        for child in DIRECT_WEIGHT_READERS.get(type(module).__name__, ()):
-            if isinstance(getattr(module, child, None), nn.Linear):
-                names.add(f"{name}.{child}" if name else child)
-    return names
-
-
 def plan_quantization(net: nn.Module, bits: int, skip_modules: Sequence[str] = DEFAULT_SKIP_MODULES,
-                      incompatible: str = "error") -> QuantPlan:
-    """Decide which Linear layers of `net` are quantized (shared by QAT, export and the HF loader).
+                      incompatible: str = "error", layers: Optional[QuantizableLayers] = None) -> QuantPlan:
+    """Decide which Linear layers of `net` are quantized (shared by QAT, export and the HF loader);
+    `layers.keep_fp32` (the model's declaration) stay fp32 in both, so what is trained is what is evaluated.
 
     Raises ConfigError for bits other than 8/4, an unknown `incompatible` policy, a Linear whose
     weight is tied to another module (keep it in skip_modules), or (4-bit, incompatible="error") a
@@ -230,15 +240,15 @@ def plan_quantization(net: nn.Module, bits: int, skip_modules: Sequence[str] = D
         owners.setdefault(id(param), []).append(name)
     plan = QuantPlan(bits)
     misfits = []
-    direct = _direct_weight_layers(net)
+    keep_fp32 = layers.keep_fp32 if layers is not None else {}
     for name, module in net.named_modules():
-        if not isinstance(module, nn.Linear) or _is_lowbit(module):
+        if not isinstance(module, nn.Linear) or is_lowbit(module):
             continue
         if matches_skip(name, skip_modules):
             plan.kept_fp32[name] = "skip_modules"
             continue
-        if name in direct:
-            plan.kept_fp32[name] = "weight read directly by its parent module (not through forward)"
+        if name in keep_fp32:
+            plan.kept_fp32[name] = keep_fp32[name]
             continue
         weight_names = owners.get(id(latent_weight(module)), [])
         others = [n for n in weight_names if not n.startswith(f"{name}.") and n != name]
@@ -297,7 +307,8 @@ def _remove_our_hooks(module: nn.Module, kinds: tuple[str, ...]) -> None:
                 getattr(module, name, {}).pop(k, None)
 
 
-def _qat_bits(module: nn.Module) -> Optional[int]:
+def qat_bits(module: nn.Module) -> Optional[int]:
+    """The bits of `module`'s fake-quant weight (None: not a QAT Linear)."""
     if isinstance(module, nn.Linear) and parametrize.is_parametrized(module, "weight"):
         for p in module.parametrizations.weight:
             if isinstance(p, FakeQuantWeight):
@@ -307,22 +318,23 @@ def _qat_bits(module: nn.Module) -> Optional[int]:
 
 def is_qat(net: nn.Module) -> bool:
     """Whether any Linear of `net` carries a fake-quant weight parametrization."""
-    return any(_qat_bits(m) is not None for m in net.modules())
+    return any(qat_bits(m) is not None for m in net.modules())
 
 
 def prepare_qat(net: nn.Module, bits: int, *, skip_modules: Sequence[str] = DEFAULT_SKIP_MODULES,
-                incompatible: str = "error", act_bits: Optional[int] = 8) -> QuantPlan:
+                incompatible: str = "error", act_bits: Optional[int] = 8,
+                layers: Optional[QuantizableLayers] = None) -> QuantPlan:
     """Turn on quantization-aware training in place: fake-quantize the planned Linear weights (STE)
-    and, for ResNet-BK, the potential v and the features G at `act_bits` (None: leave them fp32).
+    and the activations `layers` declares at `act_bits` (None: leave them fp32).
 
     The Parameters stay the same objects (an optimizer built before keeps working); state_dict keys
     stay `...weight`. Calling it again with the same bits is a no-op; with other bits, a ConfigError.
     """
-    plan = plan_quantization(net, bits, skip_modules, incompatible)
+    plan = plan_quantization(net, bits, skip_modules, incompatible, layers)
     modules = dict(net.named_modules())
     for name in plan.quantized:
         linear = modules[name]
-        current = _qat_bits(linear)
+        current = qat_bits(linear)
         if current == bits:
             continue
         if current is not None:
@@ -333,7 +345,7 @@ def prepare_qat(net: nn.Module, bits: int, *, skip_modules: Sequence[str] = DEFA
         linear.register_state_dict_post_hook(_save_plain_weight)
         linear.register_load_state_dict_pre_hook(_load_plain_weight)
     if act_bits is not None:
-        attach_bk_activation_quant(net, act_bits)
+        attach_activation_quant(net, layers.activations if layers is not None else [], act_bits)
     return plan
 
 
@@ -352,20 +364,20 @@ def _unparametrize_weight(module: nn.Linear) -> None:
 
 def remove_qat(net: nn.Module, *, activations: bool = True) -> list[str]:
     """Remove every fake-quant weight parametrization, keeping the latent fp32 weight (the same
-    Parameter object), and (activations=True) the ResNet-BK activation hooks. Returns the names of
+    Parameter object), and (activations=True) the activation fake-quant hooks. Returns the names of
     the Linear layers restored."""
     restored = []
     for name, module in net.named_modules():
-        if _qat_bits(module) is not None:
+        if qat_bits(module) is not None:
             _unparametrize_weight(module)
             _remove_our_hooks(module, ("_state_dict_hooks", "_load_state_dict_pre_hooks"))
             restored.append(name)
     if activations:
-        detach_bk_activation_quant(net)
+        detach_activation_quant(net)
     return restored
 
 
-# ---- ResNet-BK activations -----------------------------------------------------------------------
+# ---- activations -----------------------------------------------------------------------------------
 class _QuantOutput:
     """Forward hook: fake-quantize the module's output on [-limit, limit]."""
 
@@ -383,37 +395,36 @@ class _QuantFirstInput(_QuantOutput):
         return (fixed_range_fake_quant(args[0], self.limit, self.bits), *args[1:])
 
 
-def _bk_layers(net: nn.Module):
-    from lightning_bench.models.resnet_bk_net import BKLayer
-
-    return [m for m in net.modules() if isinstance(m, BKLayer)]
+_HOOK_KIND = {"output": "_forward_hooks", "input": "_forward_pre_hooks"}
 
 
-def attach_bk_activation_quant(net: nn.Module, act_bits: int = 8) -> int:
-    """Fake-quantize every BKLayer's potential v (v_proj output, range +-v_max) and features G
-    (bk_out input, range +-feature_clamp) at `act_bits`. Re-attaching replaces earlier hooks (call
-    it again after swapping v_proj / bk_out modules). Returns the number of BK layers hooked."""
+def attach_activation_quant(net: nn.Module, ranges: Sequence[ActivationRange], act_bits: int = 8) -> int:
+    """Fake-quantize each declared activation of `net` at `act_bits`. Re-attaching replaces earlier
+    hooks (call it again after swapping the modules, as export does). Returns the number of hooks."""
     if not 2 <= act_bits <= 16:
         raise ConfigError(f"activation bits must be between 2 and 16, not {act_bits}")
-    layers = _bk_layers(net)
-    for layer in layers:
-        _remove_our_hooks(layer.v_proj, ("_forward_hooks",))
-        _remove_our_hooks(layer.bk_out, ("_forward_pre_hooks",))
-        layer.v_proj.register_forward_hook(_QuantOutput(float(layer.v_max), act_bits))
-        layer.bk_out.register_forward_pre_hook(_QuantFirstInput(float(layer.feature_clamp), act_bits))
-    return len(layers)
+    for spec in ranges:
+        if spec.where not in _HOOK_KIND:
+            raise ValueError(f"ActivationRange.where must be 'output' or 'input', not {spec.where!r}")
+        module = net.get_submodule(spec.name)
+        _remove_our_hooks(module, (_HOOK_KIND[spec.where],))
+        if spec.where == "output":
+            module.register_forward_hook(_QuantOutput(float(spec.limit), act_bits))
+        else:
+            module.register_forward_pre_hook(_QuantFirstInput(float(spec.limit), act_bits))
+    return len(ranges)
 
 
-def bk_activation_bits(net: nn.Module) -> Optional[int]:
-    """The activation bits attached by `attach_bk_activation_quant` (None: none attached)."""
-    for layer in _bk_layers(net):
-        for hook in layer.v_proj._forward_hooks.values():
-            if isinstance(hook, _QuantOutput):
-                return hook.bits
+def activation_quant_bits(net: nn.Module) -> Optional[int]:
+    """The activation bits attached by `attach_activation_quant` (None: none attached)."""
+    for module in net.modules():
+        for kind in _HOOK_KIND.values():
+            for hook in getattr(module, kind).values():
+                if isinstance(hook, _QuantOutput):
+                    return hook.bits
     return None
 
 
-def detach_bk_activation_quant(net: nn.Module) -> None:
-    for layer in _bk_layers(net):
-        _remove_our_hooks(layer.v_proj, ("_forward_hooks",))
-        _remove_our_hooks(layer.bk_out, ("_forward_pre_hooks",))
+def detach_activation_quant(net: nn.Module) -> None:
+    for module in net.modules():
+        _remove_our_hooks(module, tuple(_HOOK_KIND.values()))

@@ -5,7 +5,8 @@ One file per model (and bits / sparsity setting / protocol), in the reference sh
 with the full metrics, sample counts, protocol and the run that produced each benchmark. A later run
 of other tasks adds to the file (a re-run task replaces its old entry; averages are recomputed).
 Per-sample predictions go to `{model}_downstream.samples.jsonl` beside it, merged the same way.
-Both files are replaced atomically.
+Both files are replaced atomically. The scores come from the TaskEvaluator (evaluation/evaluator.py);
+this callback only writes them with their provenance.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Optional
 
 import lightning as L
 
-from lightning_bench.evaluation.task_scoring import merge_results, score_finetuned, score_prompted
+from lightning_bench.evaluation.task_scoring import merge_results
 from lightning_bench.results.io import read_json, write_json_atomic, write_text_atomic
 from lightning_bench.results.meta import run_meta
 from lightning_bench.results.recorder import model_size, sparsity_summary
@@ -27,16 +28,6 @@ NON_BENCHMARK_KEYS = ("model", "runs", "note")
 # protocol settings that must agree for results to share an average
 COMPARABLE = ("name", "num_fewshot", "fewshot_source", "fewshot_seed", "max_samples", "max_length", "max_new_tokens",
               "split_rule")
-SCORING_RULES = {
-    "multiple_choice": "prediction = argmax of the summed log-likelihood of each choice (acc); acc_norm divides "
-                       "by the choice's length in characters (lm-evaluation-harness)",
-    "stsb": "probability-weighted score over the choices ' 0'..' 5'",
-    "generation": "greedy (a clean generation config), cut at the stop string or EOS; SQuAD v2: the no-answer "
-                  "string -> '', no-answer probability = P(no-answer string | prompt)",
-    "tokenization": "continuation = encode(context + choice) after its common prefix with encode(context); "
-                    "no BOS added; prompts longer than max_length lose tokens from the left",
-}
-
 
 def record_stem(pl_module, bits: int, sparsity: Optional[dict], protocol: str) -> str:
     stem = pl_module.model_name + (f"_bits{bits}" if bits != 32 else "")
@@ -47,11 +38,13 @@ def record_stem(pl_module, bits: int, sparsity: Optional[dict], protocol: str) -
 
 
 class DownstreamRecorder(L.Callback):
-    def __init__(self, results_dir: str = "benchmark_results", bits: int = 32, config: Optional[dict] = None,
-                 seed: Optional[int] = None, precision_note: Optional[str] = None):
+    """Writes what `evaluator` (the TaskEvaluator collecting the same test loop) scored."""
+
+    def __init__(self, evaluator, results_dir: str = "benchmark_results", bits: int = 32,
+                 config: Optional[dict] = None, seed: Optional[int] = None, precision_note: Optional[str] = None):
+        self.evaluator = evaluator
         self.results_dir, self.bits, self.config = Path(results_dir), bits, config or {}
         self.seed, self.precision_note = seed, precision_note
-        self.outputs: list[dict] = []
         self.written: Optional[Path] = None
         self.fit_summary: dict = {}
 
@@ -86,30 +79,18 @@ class DownstreamRecorder(L.Callback):
 
     # ---- test ------------------------------------------------------------------------------------
     def on_test_start(self, trainer, pl_module):
-        self.outputs, self._t0 = [], time.perf_counter()
-
-    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
-        if outputs is not None:
-            self.outputs.append(outputs)
+        self._t0 = time.perf_counter()
 
     def on_test_end(self, trainer, pl_module):
         if trainer.interrupted or not trainer.is_global_zero:
             return
         dm = trainer.datamodule
         seconds = time.perf_counter() - self._t0
-        if dm.active_protocol == "finetune":
-            task = dm.task_names[0]
-            rows = dm.finetune["test"]
-            predictions = {}
-            for out in self.outputs:
-                predictions.update(zip(out["row_index"].tolist(), out["predictions"].tolist()))
-            results = score_finetuned(task, rows, predictions)
-            samples = [{"task": task, "id": r["id"], "prediction": predictions[i], "label": r["label"]}
-                       for i, r in enumerate(rows)]
+        results, samples = self.evaluator.evaluate(dm)
+        if dm.protocol == "finetune":
             protocol = self._finetune_protocol(dm, pl_module)
         else:
-            results, samples = score_prompted(dm.requests, self.outputs)
-            protocol = self._prompted_protocol(dm)
+            protocol = {**dm.protocol_record(), **self.evaluator.protocol_record(dm)}
         sparsity = sparsity_summary(trainer)
         run = {"protocol": protocol, "eval_time": seconds, **model_size(trainer, pl_module),
                "parameters": pl_module.parameter_counts(),
@@ -126,29 +107,18 @@ class DownstreamRecorder(L.Callback):
                 entry["subject_runs"] = {s: run_id for s in entry["subject_counts"]}
         for logger in trainer.loggers:  # the dashboard gets the same figures (downstream/<benchmark>/<task>/<metric>)
             logger.log_metrics(flat_scores(results), step=trainer.global_step)
-        stem = record_stem(pl_module, self.bits, sparsity, dm.active_protocol)
+        stem = record_stem(pl_module, self.bits, sparsity, dm.protocol)
         self.written = self._write(stem, results, samples, pl_module.model_name, run_id, run)
         print(f"lightning_bench: wrote {self.written}")
-
-    def _prompted_protocol(self, dm) -> dict:
-        from lightning_bench.evaluation.prompts import PROMPT_VERSIONS
-
-        hp = dm.hparams
-        return {"name": "prompted", "num_fewshot": hp.num_fewshot, "fewshot_seed": hp.fewshot_seed,
-                "fewshot_source": hp.fewshot_source,
-                "max_samples": hp.max_samples, "max_length": dm.seq_len, "max_new_tokens": hp.max_new_tokens,
-                "prompt_versions": {t: PROMPT_VERSIONS.get(t, PROMPT_VERSIONS.get(t.split("/")[0]))
-                                    for t in dm.task_names},
-                "scoring": SCORING_RULES}
 
     def _finetune_protocol(self, dm, pl_module) -> dict:
         hp = pl_module.hparams
         labels = [r["label"] for r in dm.finetune["train"]]
         baseline = None
-        if dm.finetune_num_labels and dm.finetune_num_labels > 1:  # classification: predict train's majority
+        if dm.finetune_num_labels > 1:  # classification: predict train's majority
             majority = max(set(labels), key=labels.count)
             baseline = sum(r["label"] == majority for r in dm.finetune["test"]) / len(dm.finetune["test"])
-        return {"name": "finetune", "task": dm.task_names[0], "split_rule": dm.split_rule,
+        return {"name": "finetune", "task": dm.task.name, "split_rule": dm.split_rule,
                 "majority_class_test_accuracy": baseline,
                 "split_sizes": {k: len(v) for k, v in dm.finetune.items()},
                 "head": "dropout + linear on the last real token's final hidden state; cross-entropy "

@@ -9,6 +9,11 @@ Field meanings (docs/results.md has the full list):
   epoch_losses: mean training cross-entropy per epoch; epoch_perplexities: validation perplexity
       at each validation run (once per epoch unless val_check_interval says otherwise).
   forward/backward/total_flops: null until the profiling callbacks measure them.
+
+Other callbacks add their own fields: every callback of the run that has a method
+`record_fields(trainer, pl_module) -> dict` contributes it (ProfilingCallback: the cost fields,
+QuantizationCallback: model_size_mb / model_size / quantization, SparsityCallback: `sparsity`).
+`record_keys` (optional) names the keys a callback contributes, so a caller wanting one field asks only it.
 """
 
 from __future__ import annotations
@@ -34,42 +39,45 @@ def run_name(model, datamodule, bits: int) -> str:
 PERF_FIELDS = ("forward_flops", "backward_flops", "total_flops", "flops_per_token", "flop_counter",
                "tokens_per_sec", "samples_per_sec", "mfu", "peak_memory_mb", "peak_memory_kind",
                "peak_memory_reserved_mb", "per_stage")
+SIZE_FIELDS = ("model_size_mb", "model_size", "quantization")
 
 
-def model_size(trainer, pl_module) -> dict:
-    """model_size_mb measured from the stored tensors; with --bits 8/4 those of the low-bit modules
-    (exported, or an exported copy while the network is still in quantization-aware training)."""
-    from lightning_bench.quantization import QuantizationCallback, size_breakdown
+def callback_fields(trainer, pl_module, key: Optional[str] = None) -> dict:
+    """The fields the run's callbacks contribute (`record_fields`); with `key`, only from callbacks that
+    declare it in `record_keys` (or declare nothing)."""
+    fields: dict = {}
+    for callback in trainer.callbacks:
+        contribute = getattr(callback, "record_fields", None)
+        if not callable(contribute) or (key is not None and key not in getattr(callback, "record_keys", (key,))):
+            continue
+        fields.update(contribute(trainer, pl_module))
+    return fields
+
+
+def model_size(trainer, pl_module, contributed: Optional[dict] = None) -> dict:
+    """model_size_mb measured from the stored tensors, unless a callback measures it (with --bits 8/4:
+    the low-bit model's size, its breakdown and what was done)."""
+    from lightning_bench.quantization.export import size_breakdown
 
     if pl_module.net is None:
         return {"model_size_mb": None}
-    for callback in trainer.callbacks:
-        if isinstance(callback, QuantizationCallback):
-            size = callback.size(pl_module)
-            return {"model_size_mb": size["total_mb"], "model_size": size, "quantization": callback.report}
-    return {"model_size_mb": size_breakdown(pl_module.net)["total_mb"]}
+    if contributed is None:
+        contributed = callback_fields(trainer, pl_module, "model_size_mb")
+    size = {k: contributed[k] for k in SIZE_FIELDS if k in contributed}
+    return size if "model_size_mb" in size else {"model_size_mb": size_breakdown(pl_module.net)["total_mb"]}
 
 
-def sparsity_summary(trainer) -> dict | None:
-    from lightning_bench.sparsity.callback import SparsityCallback
-
-    for callback in trainer.callbacks:
-        if isinstance(callback, SparsityCallback):
-            return callback.summary()
-    return None
+def sparsity_summary(trainer, pl_module=None) -> dict | None:
+    return callback_fields(trainer, pl_module, "sparsity").get("sparsity")
 
 
-def profiling_summary(trainer) -> dict:
-    """The ProfilingCallback's figures, or at least the peak memory when profiling is off."""
-    from lightning_bench.profiling import ProfilingCallback, peak_memory
+def cost_fields(trainer, contributed: dict) -> dict:
+    """PERF_FIELDS from the contributed fields (null where not measured); the peak memory at least."""
+    from lightning_bench.profiling.monitors import peak_memory
 
-    for callback in trainer.callbacks:
-        if isinstance(callback, ProfilingCallback):
-            summary = callback.summary()
-            if summary.get("peak_memory_mb") is not None:
-                return summary
-            return {**summary, **peak_memory(trainer.strategy.root_device)}
-    return peak_memory(trainer.strategy.root_device)
+    if not any(k in contributed for k in PERF_FIELDS):
+        contributed = peak_memory(trainer.strategy.root_device)
+    return {k: contributed.get(k) for k in PERF_FIELDS}
 
 
 class ResultsRecorder(L.Callback):
@@ -182,24 +190,24 @@ class ResultsRecorder(L.Callback):
         dm = trainer.datamodule
         dataset = getattr(dm, "dataset_name", "unknown")
         seq_len = getattr(dm, "seq_len", None)
-        perf = profiling_summary(trainer)
+        contributed = callback_fields(trainer, pl_module)
         baselines = {}
         if split and hasattr(dm, "unigram_perplexity"):
             baselines[f"unigram_{split}_ppl"] = dm.unigram_perplexity(split)
         record = {
             "model_name": pl_module.model_name, "dataset": dataset, "seq_len": seq_len, "bits": self.bits,
             "stage": stage, **body,
-            **{key: perf.get(key) for key in PERF_FIELDS},
-            **model_size(trainer, pl_module),
+            **cost_fields(trainer, contributed),
+            **model_size(trainer, pl_module, contributed),
             "parameters": pl_module.parameter_counts(),
             "baselines": baselines,
             "config": self.config,
             "meta": run_meta(seed=self.seed, datamodule=dm, precision_note=self.precision_note,
                              protocol=dm.protocol(split) if split and hasattr(dm, "protocol") else None),
         }
-        sparsity = sparsity_summary(trainer)
-        if sparsity:
-            record["sparsity"] = sparsity
+        # anything else a callback contributes follows (e.g. `sparsity`)
+        record.update({k: v for k, v in contributed.items() if k not in record and k not in SIZE_FIELDS and v})
+        sparsity = record.get("sparsity")
         suffix = "" if stage == "fit" else f"_{stage}"
         if sparsity:  # one file per method and level, next to the dense record
             level = sparsity["ratio"] if sparsity.get("ratio") is not None else f"b{sparsity.get('budget_tokens')}"

@@ -4,6 +4,8 @@
 - capture.py: the `lb_capture` attention function (transformers AttentionInterface) and its statistics.
 - cache.py:   budget, physical eviction on a DynamicCache, RoPE positions / rerotation, padding.
 - decode.py:  `generate_with_eviction` (prefill, compress, greedy or teacher-forced decoding).
+- streaming.py / eviction.py: perplexity of a stream under eviction; `StreamingEviction.applied(model)`.
+- callback.py: `SparsityCallback`, the same inside Lightning's validate / test / predict.
 """
 
 from lightning_bench.sparsity.cache import EvictionState, budget, kv_bytes, select_slots

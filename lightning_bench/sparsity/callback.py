@@ -1,10 +1,11 @@
 """`SparsityCallback`: evaluate a LanguageModule under KV-cache eviction with the usual protocols.
 
-Between on_{validation,test,predict}_start and the matching _end, the callback replaces the module's
-`lm_forward` by one that computes the logits with `streaming.streaming_logits` (each evaluation
-window read as a stream on a cache compressed by the method), and restores it afterwards (also when
-the run fails). Everything else is unchanged: the DataModule's windows, `_eval_step`'s NLL sums,
-the logged metrics and the JSON records. Training steps of a fit are never touched.
+From on_{validation,test,predict}_start to the matching _end the callback holds the module inside
+`with eviction.applied(module):` (eviction.py), so its `lm_forward` computes the logits with
+`streaming.streaming_logits` (each evaluation window read as a stream on a cache compressed by the
+method); the block is left at the stage's end, on an exception and at teardown, whichever comes
+first. Everything else is unchanged: the DataModule's windows, `_eval_step`'s NLL sums, the logged
+metrics and the JSON records. Training steps of a fit are never touched.
 
     trainer = L.Trainer(callbacks=[SparsityCallback("h2o", ratio=0.9, chunk_size=16)])
     trainer.test(model, datamodule=data)            # test/ppl is now the streaming perplexity at 90% sparsity
@@ -16,14 +17,14 @@ context-only positions are fed but not counted.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from typing import Optional
 
 import lightning as L
 
 from lightning_bench.errors import ConfigError
 from lightning_bench.evaluation.windows import IGNORE_INDEX
-from lightning_bench.sparsity.decode import resolve_network
-from lightning_bench.sparsity.streaming import check_streaming_args, streaming_logits
+from lightning_bench.sparsity.eviction import StreamingEviction, new_totals
 
 STAGES = ("validation", "test", "predict")
 
@@ -42,22 +43,36 @@ class SparsityCallback(L.Callback):
     Exactly one of `ratio` and `budget_tokens` for an evicting method; neither for `dense`.
     """
 
+    record_keys = ("sparsity",)  # what record_fields gives the run's record
+
     def __init__(self, method: str = "dense", ratio: Optional[float] = None, budget_tokens: Optional[int] = None,
                  chunk_size: int = 1, interval: int = 1, rerotate: bool = False,
                  method_params: Optional[dict] = None):
-        self.method, self.ratio = check_streaming_args(method, ratio, budget_tokens, chunk_size, interval,
-                                                       method_params)
-        self.budget_tokens, self.chunk_size, self.interval = budget_tokens, chunk_size, interval
-        self.rerotate = bool(rerotate)
+        self.eviction = StreamingEviction.build(method, ratio, budget_tokens, chunk_size, interval, rerotate,
+                                                method_params)
         self.stages: dict[str, dict] = {}
         self._stage: Optional[str] = None
-        self._scored = None
-        self._saved = None
+        self._applied = ExitStack()
+
+    @property
+    def method(self):
+        return self.eviction.method
+
+    @property
+    def ratio(self) -> Optional[float]:
+        return self.eviction.ratio
+
+    @property
+    def budget_tokens(self) -> Optional[int]:
+        return self.eviction.budget_tokens
 
     # ---- what the record gets ---------------------------------------------------------------
     def settings(self) -> dict:
-        return {**self.method.describe(), "ratio": self.ratio, "budget_tokens": self.budget_tokens,
-                "chunk_size": self.chunk_size, "interval": self.interval, "rerotate": self.rerotate}
+        return self.eviction.settings()
+
+    def record_fields(self, trainer, pl_module) -> dict:
+        """The record's `sparsity` block (results/recorder.py asks every callback)."""
+        return {"sparsity": self.summary()}
 
     def summary(self, stage: Optional[str] = None) -> dict:
         """Settings and measured cache figures of `stage` (default: the last evaluated stage).
@@ -78,56 +93,24 @@ class SparsityCallback(L.Callback):
                            scored_tokens=acc["tokens"], forwards=acc["forwards"])
         return {**self.settings(), **figures}
 
-    # ---- installing / removing the streaming forward -----------------------------------------
+    # ---- applying / leaving the eviction ----------------------------------------------------------
     def _start(self, trainer, pl_module, stage: str) -> None:
-        from lightning_bench.models.base import LanguageModule
-
-        if not isinstance(pl_module, LanguageModule):
-            raise ConfigError(f"SparsityCallback evaluates LanguageModules, not {type(pl_module).__name__}")
-        resolve_network(pl_module)  # a model family without a KV cache: one-line ConfigError
+        self._end()  # a stage that started before this one ended (validation inside fit) is left first
         window = getattr(getattr(trainer, "datamodule", None), "seq_len", None)
         if self.budget_tokens is not None and window is not None and self.budget_tokens > window:
             raise ConfigError(f"--sparsity.budget_tokens {self.budget_tokens} is larger than the evaluation window "
                               f"(--data.seq_len {window}): nothing would be evicted; lower it")
         self._stage = stage
-        self.stages[stage] = {"cache": 0.0, "dense": 0.0, "tokens": 0, "peak": 0, "dense_peak": 0,
-                              "compressions": 0, "forwards": 0}
-        self._saved = (pl_module, pl_module.__dict__.get("lm_forward"))
-        pl_module.lm_forward = self._streaming_forward(pl_module, stage)
+        self.stages[stage] = self.eviction.totals = new_totals()
+        self._applied.enter_context(self.eviction.applied(pl_module))
 
     def _end(self, *_args) -> None:
-        if self._saved is None:
-            return
-        pl_module, previous = self._saved
-        pl_module.__dict__.pop("lm_forward", None)
-        if previous is not None:
-            pl_module.lm_forward = previous
-        self._saved, self._scored = None, None
-
-    def _streaming_forward(self, pl_module, stage: str):
-        from lightning_bench.models.base import LMOutput
-
-        def lm_forward(input_ids, logits_to_keep=None):
-            scored = self._scored if self._scored is not None and self._scored.shape == input_ids.shape else None
-            logits, stats = streaming_logits(pl_module.net, input_ids, None, self.method, sparsity=self.ratio,
-                                             budget_tokens=self.budget_tokens, chunk_size=self.chunk_size,
-                                             interval=self.interval, rerotate=self.rerotate,
-                                             logits_to_keep=logits_to_keep, scored=scored)
-            acc = self.stages[stage]
-            acc["cache"] += stats.mean_cache_length * stats.counted_tokens if stats.counted_tokens else 0.0
-            acc["dense"] += stats.dense_mean_cache_length * stats.counted_tokens if stats.counted_tokens else 0.0
-            acc["tokens"] += stats.counted_tokens
-            acc["peak"] = max(acc["peak"], stats.peak_kv_bytes)
-            acc["dense_peak"] = max(acc["dense_peak"], stats.dense_kv_bytes)
-            acc["compressions"] += stats.compressions
-            acc["forwards"] += stats.chunks
-            return LMOutput(logits)
-
-        return lm_forward
+        self.eviction.scored = None
+        self._applied.close()
 
     def _batch_start(self, batch) -> None:
         labels = batch.get("labels") if isinstance(batch, dict) else None
-        self._scored = None if labels is None else (labels != IGNORE_INDEX)
+        self.eviction.scored = None if labels is None else (labels != IGNORE_INDEX)
 
     # ---- Lightning hooks ----------------------------------------------------------------------
     def on_validation_start(self, trainer, pl_module):
@@ -158,4 +141,7 @@ class SparsityCallback(L.Callback):
         self._end()
 
     def on_exception(self, trainer, pl_module, exception):
+        self._end()
+
+    def teardown(self, trainer, pl_module, stage):
         self._end()

@@ -18,11 +18,10 @@ import torch
 import torch.nn.functional as F
 
 from lightning_bench.errors import ConfigError
+from lightning_bench.models.hf import config_has_kv_cache
 from lightning_bench.sparsity.cache import EvictionState, budget, check_sparsity, find_inv_freq
 from lightning_bench.sparsity.capture import AttentionRecorder, capturing
 from lightning_bench.sparsity.methods import Method, make_method
-
-_NO_KV_CACHE = {"mamba", "mamba2", "falcon_mamba", "rwkv", "xlstm"}
 
 
 @dataclass
@@ -72,9 +71,7 @@ def resolve_network(net):
         net = net.net
 
     config = getattr(net, "config", None)
-    if (not isinstance(net, PreTrainedModel) or config is None
-            or getattr(config, "model_type", None) in _NO_KV_CACHE
-            or not hasattr(config, "num_attention_heads")):
+    if not isinstance(net, PreTrainedModel) or config is None or not config_has_kv_cache(config):
         raise ConfigError(f"{owner} has no KV cache to evict from; KV-cache sparsity needs an attention model "
                           "(--model transformer or --model hf)")
     return net

@@ -11,6 +11,10 @@ touch the cache. So the comparison is apple-to-apple: only the importance functi
 Budget splits (h2o's recent part, local_strided's window, cab's three parts) are rounded half-up
 per row from `keep`, the number of slots that row keeps.
 
+Each method is a dataclass whose fields are its parameters, declared once with `param` (default,
+description, valid range or choices): `make_method` checks them, `describe()` records them and
+`param_specs()` hands them to a tuner. Scoring never reads anything but the fields and the view.
+
 Names and definitions (`make_method(name, **params)`; `METHODS` lists them):
 
 dense          keeps everything; never compresses.
@@ -54,7 +58,7 @@ cab            30% recent (`local_ratio`) + 50% importance (`importance_ratio`: 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import NamedTuple, Optional
 
 import torch
@@ -108,12 +112,6 @@ def split(keep: torch.Tensor, ratio: float) -> torch.Tensor:
     return torch.floor(keep.double() * ratio + 0.5).long().clamp(min=0).minimum(keep)
 
 
-def _check_ratio(name: str, value: float) -> float:
-    if not 0.0 <= value <= 1.0:
-        raise ConfigError(f"--sparsity.{name} must be in [0, 1], got {value}")
-    return float(value)
-
-
 def _minmax(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """Min-max normalise x (B, H, S) to [0, 1] over the valid slots of each (row, head); 0 if constant."""
     v = valid[:, None, :].expand_as(x)
@@ -147,28 +145,56 @@ def _stat(view: LayerView, name: str, method: str) -> torch.Tensor:
     return stat
 
 
+def param(default, description: str, *, low=None, high=None, choices=None):
+    """A method parameter: a dataclass field whose metadata says what it means and which values are valid
+    (`low`/`high` inclusive bounds, or `choices`), so the CLI, the records and a tuner read it from one place."""
+    return field(default=default, metadata={"description": description, "low": low, "high": high,
+                                            "choices": choices})
+
+
 class Method:
-    """Base class: subclasses set `name`, `needs`, `window` and implement `priority`."""
+    """Base class: subclasses are dataclasses whose fields are their parameters (declared with `param`);
+    they set `name`, `needs`, `window` and implement `priority`."""
 
     name = ""
     needs: frozenset = frozenset()  # attention statistics (capture.STAT_NAMES)
     window = 0  # query rows the "window" statistic must hold
     evicts = True
 
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            cast = {"float": float, "int": int}.get(str(f.type))  # a YAML `1` for a ratio is the float 1.0
+            try:
+                value = cast(value) if cast is not None else value
+            except (TypeError, ValueError):
+                raise ConfigError(f"{self.name} parameter {f.name} must be a number, got {value!r}") from None
+            setattr(self, f.name, value)
+            spec = f.metadata
+            if spec.get("choices") is not None and value not in spec["choices"]:
+                raise ConfigError(f"{self.name} parameter {f.name} must be one of {list(spec['choices'])}, got {value!r}")
+            low, high = spec.get("low"), spec.get("high")
+            if (low is not None and value < low) or (high is not None and value > high):
+                bounds = f"in [{low}, {high}]" if low is not None and high is not None else \
+                    (f">= {low}" if low is not None else f"<= {high}")
+                raise ConfigError(f"{self.name} parameter {f.name} must be {bounds}, got {value}")
+
     def priority(self, view: LayerView) -> Priority:
         raise NotImplementedError
 
+    @classmethod
+    def param_specs(cls) -> dict[str, dict]:
+        """{parameter: {default, description, low, high, choices}}: what a user or a tuner may set."""
+        return {f.name: {"default": f.default, **f.metadata} for f in fields(cls)} if is_dataclass(cls) else {}
+
     def params(self) -> dict:
-        return {}
+        return {f.name: getattr(self, f.name) for f in fields(self)} if is_dataclass(self) else {}
 
     def describe(self) -> dict:
         return {"method": self.name, **self.params()}
 
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
-        return f"{type(self).__name__}({args})"
 
-
+@dataclass
 class Dense(Method):
     name = "dense"
     evicts = False
@@ -177,31 +203,24 @@ class Dense(Method):
         return Priority(torch.zeros(view.keys.shape[:3], device=view.keys.device))
 
 
+@dataclass
 class RandomEviction(Method):
     name = "random"
+    seed: int = param(0, "seed of the generator drawing the scores")
 
-    def __init__(self, seed: int = 0):
-        self.seed = int(seed)
+    def __post_init__(self):
+        super().__post_init__()
         self._generator = torch.Generator().manual_seed(self.seed)
-
-    def params(self):
-        return {"seed": self.seed}
 
     def priority(self, view):
         score = torch.rand(view.keys.shape[:3], generator=self._generator)
         return Priority(score.to(view.keys.device))
 
 
+@dataclass
 class StreamingLLM(Method):
     name = "streaming_llm"
-
-    def __init__(self, n_sink: int = 4):
-        if n_sink < 0:
-            raise ConfigError(f"--sparsity.n_sink must be >= 0, got {n_sink}")
-        self.n_sink = int(n_sink)
-
-    def params(self):
-        return {"n_sink": self.n_sink}
+    n_sink: int = param(4, "first tokens always kept (attention sinks)", low=0)
 
     def priority(self, view):
         sinks = view.oldest(view.keep.clamp(max=self.n_sink))
@@ -209,14 +228,10 @@ class StreamingLLM(Method):
         return Priority(score, sinks.long())
 
 
+@dataclass
 class LocalStrided(Method):
     name = "local_strided"
-
-    def __init__(self, local_ratio: float = 0.5):
-        self.local_ratio = _check_ratio("local_ratio", local_ratio)
-
-    def params(self):
-        return {"local_ratio": self.local_ratio}
+    local_ratio: float = param(0.5, "share of the budget given to the recent window", low=0.0, high=1.0)
 
     def priority(self, view):
         window = split(view.keep, self.local_ratio)
@@ -229,21 +244,19 @@ class LocalStrided(Method):
         return Priority(view.rank.float().expand(view.keys.shape[:3]), tier)
 
 
+@dataclass
 class H2O(Method):
     name = "h2o"
     needs = frozenset({"cum"})
-
-    def __init__(self, recent_ratio: float = 0.5):
-        self.recent_ratio = _check_ratio("recent_ratio", recent_ratio)
-
-    def params(self):
-        return {"recent_ratio": self.recent_ratio}
+    recent_ratio: float = param(0.5, "share of the budget kept for the most recent tokens (the rest: heavy hitters)",
+                                low=0.0, high=1.0)
 
     def priority(self, view):
         recent = view.recent(split(view.keep, self.recent_ratio))
         return Priority(_stat(view, "cum", self.name), recent.long())
 
 
+@dataclass
 class KNorm(Method):
     name = "knorm"
 
@@ -251,19 +264,17 @@ class KNorm(Method):
         return Priority(-key_norm(view))
 
 
+@dataclass
 class SnapKV(Method):
     name = "snapkv"
     needs = frozenset({"window"})
+    window: int = param(32, "observation window: the last queries whose attention scores the keys", low=1)
+    kernel: int = param(7, "max-pooling width along the keys (odd)", low=1)
 
-    def __init__(self, window: int = 32, kernel: int = 7):
-        if window < 1:
-            raise ConfigError(f"--sparsity.window must be >= 1, got {window}")
-        if kernel < 1 or kernel % 2 == 0:
-            raise ConfigError(f"--sparsity.kernel must be a positive odd number, got {kernel}")
-        self.window, self.kernel = int(window), int(kernel)
-
-    def params(self):
-        return {"window": self.window, "kernel": self.kernel}
+    def __post_init__(self):
+        super().__post_init__()
+        if self.kernel % 2 == 0:
+            raise ConfigError(f"snapkv parameter kernel must be a positive odd number, got {self.kernel}")
 
     def priority(self, view):
         rows = _stat(view, "window", self.name)[:, :, -self.window:]
@@ -276,6 +287,7 @@ class SnapKV(Method):
         return Priority(pooled.reshape(B, H, S), kept.long())
 
 
+@dataclass
 class TOVA(Method):
     name = "tova"
     needs = frozenset({"window"})
@@ -285,17 +297,11 @@ class TOVA(Method):
         return Priority(_stat(view, "window", self.name)[:, :, -1])
 
 
+@dataclass
 class CABV3(Method):
     name = "cab_v3"
     needs = frozenset({"cum", "frc"})
-
-    def __init__(self, lam: float = 0.5):
-        if lam < 0:
-            raise ConfigError(f"--sparsity.lam must be >= 0, got {lam}")
-        self.lam = float(lam)
-
-    def params(self):
-        return {"lam": self.lam}
+    lam: float = param(0.5, "weight of the 2-hop redundancy term subtracted from the attention received", low=0.0)
 
     def priority(self, view):
         c = _stat(view, "cum", self.name) / view.group_size
@@ -304,14 +310,10 @@ class CABV3(Method):
         return Priority(c - self.lam * r / n)
 
 
+@dataclass
 class CABV4(Method):
     name = "cab_v4"
-
-    def __init__(self, alpha: float = 0.5):
-        self.alpha = _check_ratio("alpha", alpha)
-
-    def params(self):
-        return {"alpha": self.alpha}
+    alpha: float = param(0.5, "weight of key magnitude against key uniqueness", low=0.0, high=1.0)
 
     def priority(self, view):
         magnitude = _minmax(key_norm(view), view.valid)
@@ -319,22 +321,19 @@ class CABV4(Method):
         return Priority(self.alpha * magnitude + (1 - self.alpha) * uniqueness)
 
 
+@dataclass
 class CAB(Method):
     name = "cab"
     needs = frozenset({"cum"})
+    local_ratio: float = param(0.3, "share of the budget for the most recent tokens", low=0.0, high=1.0)
+    importance_ratio: float = param(0.5, "share for the most attended older tokens", low=0.0, high=1.0)
+    bridge_ratio: float = param(0.2, "share for the most unique remaining keys", low=0.0, high=1.0)
 
-    def __init__(self, local_ratio: float = 0.3, importance_ratio: float = 0.5, bridge_ratio: float = 0.2):
-        for n, v in (("local_ratio", local_ratio), ("importance_ratio", importance_ratio),
-                     ("bridge_ratio", bridge_ratio)):
-            _check_ratio(n, v)
-        if not math.isclose(local_ratio + importance_ratio + bridge_ratio, 1.0, abs_tol=1e-6):
+    def __post_init__(self):
+        super().__post_init__()
+        if not math.isclose(self.local_ratio + self.importance_ratio + self.bridge_ratio, 1.0, abs_tol=1e-6):
             raise ConfigError(f"cab's local_ratio + importance_ratio + bridge_ratio must sum to 1, got "
-                              f"{local_ratio} + {importance_ratio} + {bridge_ratio}")
-        self.local_ratio, self.importance_ratio, self.bridge_ratio = local_ratio, importance_ratio, bridge_ratio
-
-    def params(self):
-        return {"local_ratio": self.local_ratio, "importance_ratio": self.importance_ratio,
-                "bridge_ratio": self.bridge_ratio}
+                              f"{self.local_ratio} + {self.importance_ratio} + {self.bridge_ratio}")
 
     def priority(self, view):
         n_local = split(view.keep, self.local_ratio)
@@ -364,11 +363,9 @@ def make_method(name, **params) -> Method:
         return name
     if name not in METHODS:
         raise unknown_name("sparsity method", name, METHODS)
-    try:
-        return METHODS[name](**params)
-    except TypeError as err:
-        import inspect
-
-        valid = [p for p in inspect.signature(METHODS[name].__init__).parameters if p != "self"]
-        raise ConfigError(f"bad parameters {sorted(params)} for sparsity method {name!r}; "
-                          f"valid: {', '.join(valid) or 'none'}") from err
+    valid = list(METHODS[name].param_specs())
+    unknown = sorted(set(params) - set(valid))
+    if unknown:
+        raise ConfigError(f"unknown parameter{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} for sparsity "
+                          f"method {name!r}; valid: {', '.join(valid) or 'none'}")
+    return METHODS[name](**params)

@@ -1,9 +1,11 @@
-"""Downstream-task data: GLUE, SuperGLUE, SQuAD v1.1/v2.0 and MMLU rows in one (HF `datasets`) layout."""
+"""Downstream tasks: one declarative TaskDefinition each (definitions/), the registry built from them,
+and their rows in one (HF `datasets`) layout from local files or the hub (rows.py, formats/).
+docs/tasks.md says how to add a task."""
 
-from lightning_bench.data.tasks.readers import load_rows
-from lightning_bench.data.tasks.registry import (
-    BENCHMARKS, GLUE_TASKS, MMLU_SUBJECTS, SUPERGLUE_TASKS, TASKS, TaskSource, expand_tasks, get_task,
-)
+from lightning_bench.data.tasks.definition import (Benchmark, Finetune, GenerationSettings, Source, Splits,
+                                                   TaskDefinition, check_definition)
+from lightning_bench.data.tasks.registry import BENCHMARK_ORDER, BENCHMARKS, TASKS, expand_tasks, get_task
+from lightning_bench.data.tasks.rows import load_rows, local_layout
 
-__all__ = ["BENCHMARKS", "GLUE_TASKS", "MMLU_SUBJECTS", "SUPERGLUE_TASKS", "TASKS", "TaskSource", "expand_tasks",
-           "get_task", "load_rows"]
+__all__ = ["BENCHMARKS", "BENCHMARK_ORDER", "Benchmark", "Finetune", "GenerationSettings", "Source", "Splits", "TASKS",
+           "TaskDefinition", "check_definition", "expand_tasks", "get_task", "load_rows", "local_layout"]

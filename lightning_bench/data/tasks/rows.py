@@ -1,7 +1,8 @@
 """`load_rows`: one task split as a list of rows in the HF `datasets` layout, from local files or the hub.
 
-Local files are read in the benchmark's own format (glue.py, superglue.py, squad.py, mmlu.py say
-which); `data_dir` is a folder laid out like ../shared/data, `paths` names the files directly. With
+Local files are read in the benchmark's own format (formats/ holds one reader per format); `data_dir`
+is a folder laid out like ../shared/data (local_layout.yaml says which file holds which split),
+`paths` names the files directly. With
 neither, the rows come from the HF hub through `datasets.load_dataset` and are normalised by the same
 code, so a task's rows look the same whichever way they were loaded.
 
@@ -12,14 +13,18 @@ code, so a task's rows look the same whichever way they were loaded.
 from __future__ import annotations
 
 import hashlib
+from functools import lru_cache
 from pathlib import Path
 
-from lightning_bench.data.tasks import glue, mmlu, squad, superglue
-from lightning_bench.data.tasks.registry import TaskSource, get_task
+import yaml
+
+from lightning_bench.data.tasks.definition import TaskDefinition
+from lightning_bench.data.tasks.formats import READERS
+from lightning_bench.data.tasks.registry import get_task
 from lightning_bench.errors import ConfigError, MissingData
 
-FORMATS = {"glue_tsv": glue, "superglue_jsonl": superglue, "squad_json": squad, "mmlu_csv": mmlu}
-ROLES = {"eval": "eval_split", "train": "train_split", "fewshot": "fewshot_split"}
+ROLES = ("eval", "train", "fewshot")
+LAYOUT_FILE = Path(__file__).with_name("local_layout.yaml")
 
 
 def load_rows(task: str, split: str, data_dir: str | Path | None = None,
@@ -31,18 +36,31 @@ def load_rows(task: str, split: str, data_dir: str | Path | None = None,
     {"split", "files": [{"path", "sha256"}], "note" (how the default eval files differ from the
     benchmark's split, if they do)} or {"split", "hub", "config", "hub_splits"}.
     """
-    source = get_task(task)
-    split = _split(source, split)
-    fmt = FORMATS[source.reader]
+    definition = get_task(task)
+    split = resolve_split(definition, split)
+    reader = READERS[definition.source.format]
     if paths is None and data_dir is None:
-        rows, origin = _from_hub(source, split, fmt, max_rows)
+        rows, origin = _from_hub(definition, split, reader, max_rows)
     else:
-        files = _local_files(source, split, data_dir, [paths] if isinstance(paths, (str, Path)) else paths)
-        rows = first_rows(fmt.read(task, files), max_rows)
+        files = _local_files(definition, split, data_dir, [paths] if isinstance(paths, (str, Path)) else paths)
+        rows = first_rows(reader.read(definition, files), max_rows)
         origin = {"split": split, "files": [{"path": str(f), "sha256": _sha256(f)} for f in files]}
-        if paths is None and split == source.eval_split and source.local_note:
-            origin["note"] = source.local_note
+        note = local_layout(definition).get("note")
+        if paths is None and split == definition.splits.eval and note:
+            origin["note"] = note
     return (rows, origin) if with_origin else rows
+
+
+def local_layout(task: TaskDefinition) -> dict:
+    """{split: [paths under a data folder], "note": ...} for `task`, from local_layout.yaml."""
+    layouts = _layouts()
+    layout = layouts.get(task.name) or layouts.get(f"{task.benchmark}/*", {})
+    return {k: ([p.format(name=task.short_name) for p in v] if k != "note" else v) for k, v in layout.items()}
+
+
+@lru_cache(maxsize=1)
+def _layouts() -> dict:
+    return yaml.safe_load(LAYOUT_FILE.read_text())
 
 
 def first_rows(rows: list[dict], max_rows: int | None) -> list[dict]:
@@ -60,12 +78,13 @@ def first_rows(rows: list[dict], max_rows: int | None) -> list[dict]:
     return kept
 
 
-def _split(source: TaskSource, split: str) -> str:
+def resolve_split(task: TaskDefinition, split: str) -> str:
+    """A role ("eval", "train", "fewshot") -> the task's split for it; a split name is returned as is."""
     if split not in ROLES:
         return split
-    resolved = getattr(source, ROLES[split])
+    resolved = getattr(task.splits, split)
     if resolved is None:
-        raise MissingData(f"{source.name}: {source.benchmark} has no {split} split; pick another task or split")
+        raise MissingData(f"{task.name}: {task.benchmark} has no {split} split; pick another task or split")
     return resolved
 
 
@@ -73,39 +92,41 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _local_files(source: TaskSource, split: str, data_dir, paths: list | None) -> list[Path]:
+def _local_files(task: TaskDefinition, split: str, data_dir, paths: list | None) -> list[Path]:
     if paths is None:
-        if split not in source.local:
-            raise MissingData(f"{source.name}: no local file is known for split {split!r} (known: "
-                              f"{', '.join(source.local)}); pass the files with --data.paths")
-        paths = source.local[split]
+        known = {k: v for k, v in local_layout(task).items() if k != "note"}
+        if split not in known:
+            raise MissingData(f"{task.name}: no local file is known for split {split!r} (known: "
+                              f"{', '.join(known)}); pass the files with --data.paths")
+        paths = known[split]
     root = Path(data_dir) if data_dir is not None else None
     files = [Path(p) if root is None or Path(p).is_absolute() else root / p for p in paths]
     if not files:
-        raise ConfigError(f"{source.name}: --data.paths is empty; name at least one file")
+        raise ConfigError(f"{task.name}: --data.paths is empty; name at least one file")
     for f in files:
         if not f.is_file():
             what = "is a folder, not a file" if f.is_dir() else "not found"
-            raise MissingData(f"{source.name}: {f} {what}; set --data.data_dir to a folder laid out like "
+            raise MissingData(f"{task.name}: {f} {what}; set --data.data_dir to a folder laid out like "
                               "../shared/data (glue/, superglue/, squad_v1.1/, squad_v2.0/, mmlu/) "
                               "or name the files with --data.paths")
     return files
 
 
-def _from_hub(source: TaskSource, split: str, fmt, max_rows: int | None) -> tuple[list[dict], dict]:
+def _from_hub(task: TaskDefinition, split: str, reader, max_rows: int | None) -> tuple[list[dict], dict]:
     from datasets import load_dataset  # heavy import; only the hub path needs it
 
+    source = task.source
     hub_splits = source.hub_splits.get(split, (split,))  # MNLI validation = matched + mismatched
     rows: list[dict] = []
     for hub_split in hub_splits:
         try:
             ds = load_dataset(source.hub_id, source.hub_config, split=hub_split)
         except OSError as err:  # offline or not found: the fix is local files
-            raise MissingData(f"{source.name}: cannot load {source.hub_id} ({source.hub_config}) split {hub_split!r} "
+            raise MissingData(f"{task.name}: cannot load {source.hub_id} ({source.hub_config}) split {hub_split!r} "
                               f"from the hub ({type(err).__name__}); read local files with --data.data_dir "
                               "or --data.paths") from err
         if max_rows is not None:
             ds = ds.select(range(min(max_rows, len(ds))))
-        rows += fmt.from_hub(source.name, hub_split, list(ds))
+        rows += reader.from_hub(task, hub_split, list(ds))
     origin = {"split": split, "hub": source.hub_id, "config": source.hub_config, "hub_splits": list(hub_splits)}
     return first_rows(rows, max_rows), origin

@@ -9,8 +9,11 @@
   ReCoRD JSON ({"data": [...]} with string "id"s instead of idx) is read too.
 - WiC: word, sentence1, sentence2, start1/end1/start2/end2, idx, label (true/false).
 - WSC: text, target{span1_index, span1_text, span2_index, span2_text}, idx, label (true/false).
+- AX-b (broad-coverage diagnostics, AX-b/AX-b.jsonl): sentence1, sentence2, idx, label (entailment/not_entailment).
+- AX-g (Winogender diagnostics, AX-g/AX-g.jsonl): premise, hypothesis, idx, pair_id, label (as AX-b).
 
-Rows as `datasets` gives them for aps/super_glue (flat; MultiRC/ReCoRD `idx` a dict; labels ints) are
+The fields each task keeps and its label names are the task's definition (data/tasks/definitions/
+superglue.py). Rows as `datasets` gives them for aps/super_glue (flat; MultiRC/ReCoRD `idx` a dict; labels ints) are
 accepted as well, and the output follows that format, so hub and local rows are identical: ReCoRD
 keeps the passage text as is and lists the unique entities and answers sorted, as the HF builder does.
 """
@@ -20,98 +23,85 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lightning_bench.data.tasks.files import json_lines, no_labels, no_rows, read_text, to_label, rows_of_files
+from lightning_bench.data.tasks.formats.files import (json_lines, no_labels, no_rows, read_text, rows_of_files,
+                                                     to_label)
 from lightning_bench.errors import ConfigError
 
-BOOL = ("False", "True")
-# task -> (SuperGLUE folder name, fields copied as they are, label names)
-LAYOUTS = {
-    "boolq": ("BoolQ", ("question", "passage"), BOOL),
-    "cb": ("CB", ("premise", "hypothesis"), ("entailment", "contradiction", "neutral")),
-    "copa": ("COPA", ("premise", "choice1", "choice2", "question"), ("choice1", "choice2")),
-    "multirc": ("MultiRC", ("paragraph", "question", "answer"), BOOL),
-    "record": ("ReCoRD", ("passage", "query", "entities", "answers"), None),
-    "rte": ("RTE", ("premise", "hypothesis"), ("entailment", "not_entailment")),
-    "wic": ("WiC", ("word", "sentence1", "sentence2"), BOOL),
-    "wsc": ("WSC", ("text", "span1_text", "span2_text", "span1_index", "span2_index"), BOOL),
-}
-# the original formats' fields, where LAYOUTS' flat fields do not say it
-FORMATS = {"multirc": "idx, passage{text, questions[{question, idx, answers[{text, idx, label}]}]}",
-           "record": "idx, passage{text, entities}, qas[{query, idx, answers}]",
-           "wsc": "text, target{span1_index, span1_text, span2_index, span2_text}, idx, label"}
+
+def read(task, paths: list[Path]) -> list[dict]:
+    return rows_of_files(task.name, paths, lambda _, path: _file_rows(task, path),
+                         lambda _, rows, source: from_rows(task, rows, source))
 
 
-def read(task: str, paths: list[Path]) -> list[dict]:
-    return rows_of_files(task, paths, _file_rows, from_rows)
-
-
-def from_hub(task: str, split: str, rows: list[dict]) -> list[dict]:
+def from_hub(task, split: str, rows: list[dict]) -> list[dict]:
     return from_rows(task, rows, f"hub split {split!r}")
 
 
-def from_rows(task: str, rows: list[dict], source: str) -> list[dict]:
+def from_rows(task, rows: list[dict], source: str) -> list[dict]:
     """Normalise original (nested) or HF-flat rows of one SuperGLUE task."""
-    sub = task.split("/")[1]
     out = []
     for n, row in enumerate(rows, 1):
-        if sub in ("multirc", "record") and isinstance(row.get("passage"), dict):
-            out += (_multirc if sub == "multirc" else _record)(task, row, f"{source} row {n}")
+        passage, where = row.get("passage"), f"{source} row {n}"
+        if isinstance(passage, dict) and "questions" in passage:  # original MultiRC: one row per answer option
+            out += _multirc(task, row, where)
+        elif isinstance(passage, dict) and task.source.label_names is None:  # original ReCoRD: one row per query
+            out += _record(task, row, where)
         else:
-            out.append(_flat(task, sub, row, f"{source} row {n}"))
+            out.append(_flat(task, row, where))
     return out
 
 
-def _file_rows(task: str, path: Path) -> list[dict]:
-    text = read_text(task, path)
-    if text.lstrip().startswith("{") and task == "superglue/record":  # original ReCoRD JSON, one object
+def _file_rows(task, path: Path) -> list[dict]:
+    text = read_text(task.name, path)
+    if text.lstrip().startswith("{"):  # the original ReCoRD JSON is one object {"data": [...]}
         try:
             return json.loads(text)["data"]
         except (json.JSONDecodeError, KeyError, TypeError):
             pass  # JSON lines after all
-    rows = json_lines(task, path, text, _expected(task))
+    rows = json_lines(task.name, path, text, _expected(task))
     if not rows:
-        raise no_rows(task, path)
+        raise no_rows(task.name, path)
     return rows
 
 
-def _expected(task: str) -> str:
-    sub = task.split("/")[1]
-    fields = FORMATS.get(sub) or ", ".join([*LAYOUTS[sub][1], "idx", "label"])
-    return f"SuperGLUE {LAYOUTS[sub][0]} JSON lines (fields {fields})"
+def _expected(task) -> str:
+    fields = task.source.file_fields or ", ".join([*task.source.columns, "idx", "label"])
+    return f"SuperGLUE {task.title} JSON lines (fields {fields})"
 
 
-def _missing(task: str, where: str) -> ConfigError:
-    return ConfigError(f"{task}: {where} does not match {_expected(task)}; pass the task's own file with --data.paths")
+def _missing(task, where: str) -> ConfigError:
+    return ConfigError(f"{task.name}: {where} does not match {_expected(task)}; pass the task's own file with "
+                       "--data.paths")
 
 
-def _flat(task: str, sub: str, row: dict, where: str) -> dict:
+def _flat(task, row: dict, where: str) -> dict:
     row = row | row.get("target", {})  # WSC nests its spans under "target"
-    fields, names = LAYOUTS[sub][1], LAYOUTS[sub][2]
+    fields, names = list(task.source.columns), task.source.label_names
     if not all(f in row for f in fields) or "idx" not in row:
         raise _missing(task, where)
     idx = row["idx"]
     out = {"id": "-".join(str(v) for v in idx.values()) if isinstance(idx, dict) else str(idx)}
     out |= {f: row[f] for f in fields}
-    if sub == "multirc":
+    if isinstance(idx, dict) and "question" in idx:  # MultiRC: the options of one question share an id
         out["question_id"] = f"{idx['paragraph']}-{idx['question']}"
     if names is None:  # ReCoRD: no label, the answers are the gold
         if not row["answers"]:
-            raise no_labels(task, where)
+            raise no_labels(task.name, where)
         return out | {"entities": list(row["entities"]), "answers": list(row["answers"])}
-    return out | {"label": to_label(task, where, row.get("label"), names)}
+    return out | {"label": to_label(task.name, where, row.get(task.source.label_column), names)}
 
 
-def _multirc(task: str, row: dict, where: str) -> list[dict]:
+def _multirc(task, row: dict, where: str) -> list[dict]:
     p = row["passage"]
-    if "questions" not in p or "idx" not in row:
+    if "idx" not in row:
         raise _missing(task, where)
     return [{"id": f"{row['idx']}-{q['idx']}-{a['idx']}", "paragraph": p["text"], "question": q["question"],
              "answer": a["text"], "question_id": f"{row['idx']}-{q['idx']}",
-             "label": to_label(task, where, a.get("label"), BOOL)}
+             "label": to_label(task.name, where, a.get("label"), task.source.label_names)}
             for q in p["questions"] for a in q["answers"]]
 
 
-def _record(task: str, row: dict, where: str) -> list[dict]:
+def _record(task, row: dict, where: str) -> list[dict]:
     p = row["passage"]
     if "entities" not in p or "qas" not in row:
         raise _missing(task, where)
@@ -120,7 +110,7 @@ def _record(task: str, row: dict, where: str) -> list[dict]:
     out = []
     for qa in row["qas"]:
         if not qa.get("answers"):
-            raise no_labels(task, where)
+            raise no_labels(task.name, where)
         qid = f"{row['idx']}-{qa['idx']}" if "idx" in qa else qa["id"]
         out.append({"id": qid, "passage": text, "query": qa["query"], "entities": entities,
                     "answers": sorted({a["text"] for a in qa["answers"]})})

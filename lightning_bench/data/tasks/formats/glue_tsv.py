@@ -13,7 +13,9 @@
 - QNLI: header `index  question  sentence  label` (entailment/not_entailment).
 - RTE / WNLI: header `index  sentence1  sentence2  label` (RTE entailment/not_entailment, WNLI 0/1).
 
-GLUE's test files have no label column; reading one is an error. Rows come out as the HF
+Which column holds which field, and the label names, are the task's definition
+(data/tasks/definitions/glue.py, `Source.columns` / `label_column` / `label_names`); CoLA names its
+columns by position. GLUE's test files have no label column; reading one is an error. Rows come out as the HF
 `nyu-mll/glue` rows do: its field names, integer labels (STS-B a float) and `id` = the row's position
 in the split (the hub's `idx`), counted per subset for MNLI.
 """
@@ -24,44 +26,34 @@ import csv
 import io
 from pathlib import Path
 
-from lightning_bench.data.tasks.files import FIX_PATHS, NO_LABELS, no_labels, no_rows, read_text, to_label
+from lightning_bench.data.tasks.formats.files import FIX_PATHS, NO_LABELS, no_labels, no_rows, read_text, to_label
 from lightning_bench.errors import ConfigError
 
-BINARY = ("0", "1")
-# task -> (display name, {HF field: file column}, label column, label names; None = float score)
-LAYOUTS = {
-    "sst2": ("SST-2", {"sentence": "sentence"}, "label", BINARY),
-    "mrpc": ("MRPC", {"sentence1": "#1 String", "sentence2": "#2 String"}, "Quality", BINARY),
-    "qqp": ("QQP", {"question1": "question1", "question2": "question2"}, "is_duplicate", BINARY),
-    "stsb": ("STS-B", {"sentence1": "sentence1", "sentence2": "sentence2"}, "score", None),
-    "mnli": ("MNLI", {"premise": "sentence1", "hypothesis": "sentence2"}, "gold_label",
-             ("entailment", "neutral", "contradiction")),
-    "qnli": ("QNLI", {"question": "question", "sentence": "sentence"}, "label", ("entailment", "not_entailment")),
-    "rte": ("RTE", {"sentence1": "sentence1", "sentence2": "sentence2"}, "label", ("entailment", "not_entailment")),
-    "wnli": ("WNLI", {"sentence1": "sentence1", "sentence2": "sentence2"}, "label", BINARY),
-}
-COLA_FORMAT = "no header and 4 columns: source, label 0/1, judgement marker, sentence"
+# CoLA's raw release (and GLUE's CoLA/dev.tsv) has no header: its definition names columns by position
+POSITIONAL_WIDTH = 4
+POSITIONAL_FORMAT = "no header and 4 columns: source, label 0/1, judgement marker, sentence"
 
 
-def read(task: str, paths: list[Path]) -> list[dict]:
+def read(task, paths: list[Path]) -> list[dict]:
+    """Rows of `task` (a TaskDefinition) from its TSV files, in the order given."""
+    positional = isinstance(task.source.label_column, int)
     rows = []
     for path in paths:
-        for row in (_cola(task, path) if task == "glue/cola" else _with_header(task, path)):
+        for row in (_positional(task, path) if positional else _with_header(task, path)):
             rows.append(row | _subset(task, path.name))
     return _numbered(rows)
 
 
-def from_hub(task: str, split: str, rows: list[dict]) -> list[dict]:
+def from_hub(task, split: str, rows: list[dict]) -> list[dict]:
     """Hub rows already carry the HF field names and integer labels; check the labels, set `id`."""
-    sub = task.split("/")[1]
-    fields, names = (["sentence"], BINARY) if sub == "cola" else (list(LAYOUTS[sub][1]), LAYOUTS[sub][3])
+    fields, names = list(task.source.columns), task.source.label_names
     return _numbered([{f: row[f] for f in fields} | {"label": _label(task, f"hub split {split!r}", row["label"], names)}
                       | _subset(task, split) for row in rows])
 
 
-def _subset(task: str, name: str) -> dict:
+def _subset(task, name: str) -> dict:
     """MNLI rows say which dev set they are from; train shares the matched genres."""
-    if task != "glue/mnli":
+    if "validation_matched" not in task.source.hub_splits.get("validation", ()):
         return {}
     return {"subset": "mismatched" if "mismatched" in name else "matched"}
 
@@ -77,53 +69,55 @@ def _numbered(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _tsv(task: str, path: Path) -> list[list[str]]:
+def _tsv(task, path: Path) -> list[list[str]]:
     # QUOTE_NONE: GLUE sentences contain unbalanced '"' that csv would otherwise treat as quoting
-    return list(csv.reader(io.StringIO(read_text(task, path)), delimiter="\t", quoting=csv.QUOTE_NONE))
+    return list(csv.reader(io.StringIO(read_text(task.name, path)), delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
-def _cola(task: str, path: Path) -> list[dict]:
+def _positional(task, path: Path) -> list[dict]:
+    name, names, label_at = task.name, task.source.label_names, task.source.label_column
     lines = _tsv(task, path)
     if lines[0] == ["index", "sentence"]:  # GLUE's CoLA test.tsv
-        raise no_labels(task, str(path))
-    if len(lines[0]) != 4 or lines[0][1] not in BINARY:
-        raise ConfigError(f"{task}: {path} is not a GLUE CoLA TSV (expected {COLA_FORMAT}); "
-                          "pass CoLA's in_domain_dev.tsv/out_of_domain_dev.tsv with --data.paths")
+        raise no_labels(name, str(path))
+    if len(lines[0]) != POSITIONAL_WIDTH or lines[0][label_at] not in names:
+        raise ConfigError(f"{name}: {path} is not a GLUE {task.title} TSV (expected {POSITIONAL_FORMAT}); "
+                          f"pass {task.title}'s in_domain_dev.tsv/out_of_domain_dev.tsv with --data.paths")
     rows = []
     for n, line in enumerate(lines, 1):
-        if len(line) != 4:
-            raise ConfigError(f"{task}: {path} line {n} has {len(line)} columns; expected {COLA_FORMAT}")
-        rows.append({"sentence": line[3], "label": to_label(task, f"{path} line {n}", line[1], BINARY)})
+        if len(line) != POSITIONAL_WIDTH:
+            raise ConfigError(f"{name}: {path} line {n} has {len(line)} columns; expected {POSITIONAL_FORMAT}")
+        rows.append({f: line[c] for f, c in task.source.columns.items()}
+                    | {"label": to_label(name, f"{path} line {n}", line[label_at], names)})
     return rows
 
 
-def _with_header(task: str, path: Path) -> list[dict]:
-    name, fields, label_col, names = LAYOUTS[task.split("/")[1]]
+def _with_header(task, path: Path) -> list[dict]:
+    name, fields, label_col, names = task.name, task.source.columns, task.source.label_column, task.source.label_names
     header, *lines = _tsv(task, path)
     if not set(fields.values()) <= set(header):
         expected = "<TAB>".join([*fields.values(), label_col])
-        raise ConfigError(f"{task}: {path} is not a GLUE {name} TSV (expected a header with the columns "
+        raise ConfigError(f"{name}: {path} is not a GLUE {task.title} TSV (expected a header with the columns "
                           f"'{expected}'); pass the task's own file with --data.paths")
     if label_col not in header:
-        raise ConfigError(f"{task}: {path} has no '{label_col}' column: the split has no labels; {FIX_PATHS}")
+        raise ConfigError(f"{name}: {path} has no '{label_col}' column: the split has no labels; {FIX_PATHS}")
     if not lines:
-        raise no_rows(task, path)
+        raise no_rows(name, path)
     col = {c: i for i, c in enumerate(header)}
     rows = []
     for n, line in enumerate(lines, 2):
         if len(line) != len(header):
-            raise ConfigError(f"{task}: {path} line {n} has {len(line)} columns, the header {len(header)}")
+            raise ConfigError(f"{name}: {path} line {n} has {len(line)} columns, the header {len(header)}")
         label = _label(task, f"{path} line {n}", line[col[label_col]], names)
         rows.append({f: line[col[c]] for f, c in fields.items()} | {"label": label})
     return rows
 
 
-def _label(task: str, where: str, value, names: tuple[str, ...] | None) -> int | float:
+def _label(task, where: str, value, names: tuple[str, ...] | None) -> int | float:
     if names is not None:
-        return to_label(task, where, value, names)
+        return to_label(task.name, where, value, names)
     if value in NO_LABELS:
-        raise no_labels(task, where)
+        raise no_labels(task.name, where)
     try:  # STS-B similarity score
         return float(value)
     except ValueError:
-        raise ConfigError(f"{task}: {where}: score {value!r} is not a number (STS-B scores are 0-5)") from None
+        raise ConfigError(f"{task.name}: {where}: score {value!r} is not a number (STS-B scores are 0-5)") from None

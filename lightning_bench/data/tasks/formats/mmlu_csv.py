@@ -12,31 +12,31 @@ import csv
 import io
 from pathlib import Path
 
-from lightning_bench.data.tasks.files import no_rows, read_text, to_label
+from lightning_bench.data.tasks.formats.files import no_rows, read_text, to_label
 from lightning_bench.errors import ConfigError
 
 LETTERS = ("A", "B", "C", "D")
 EXPECTED = "an MMLU CSV (no header, 6 columns: question, A, B, C, D, answer letter)"
 
 
-def read(task: str, paths: list[Path]) -> list[dict]:
-    subject = task.split("/")[1]
+def read(task, paths: list[Path]) -> list[dict]:
+    name, subject = task.name, task.short_name
     rows = []
     for path in paths:
-        records = list(csv.reader(io.StringIO(read_text(task, path))))
+        records = list(csv.reader(io.StringIO(read_text(name, path))))
         if not records:
-            raise no_rows(task, path)
+            raise no_rows(name, path)
         for n, rec in enumerate(records, 1):
             if len(rec) != 6:
-                raise ConfigError(f"{task}: {path} record {n} has {len(rec)} columns; expected {EXPECTED}")
-            label = to_label(task, f"{path} record {n}", rec[5].strip(), LETTERS)
+                raise ConfigError(f"{name}: {path} record {n} has {len(rec)} columns; expected {EXPECTED}")
+            label = to_label(name, f"{path} record {n}", rec[5].strip(), LETTERS)
             rows.append({"question": rec[0], "choices": rec[1:5], "label": label, "subject": subject})
     return _numbered(rows)
 
 
-def from_hub(task: str, split: str, rows: list[dict]) -> list[dict]:
+def from_hub(task, split: str, rows: list[dict]) -> list[dict]:
     return _numbered([{"question": r["question"], "choices": list(r["choices"]),
-                       "label": to_label(task, f"hub split {split!r}", r["answer"], LETTERS),
+                       "label": to_label(task.name, f"hub split {split!r}", r["answer"], LETTERS),
                        "subject": r["subject"]} for r in rows])
 
 

@@ -13,22 +13,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lightning_bench.data.tasks.files import json_lines, no_rows, read_text, rows_of_files
+from lightning_bench.data.tasks.formats.files import json_lines, no_rows, read_text, rows_of_files
 from lightning_bench.errors import ConfigError
 
 EXPECTED = ('a SQuAD JSON file ({"data": [{"title", "paragraphs": [{"context", "qas": [...]}]}]}) '
             "or HF-style rows with id, context, question, answers")
 
 
-def read(task: str, paths: list[Path]) -> list[dict]:
-    return rows_of_files(task, paths, _file_rows, from_rows)
+def read(task, paths: list[Path]) -> list[dict]:
+    return rows_of_files(task.name, paths, _file_rows, lambda _, rows, source: from_rows(task, rows, source))
 
 
-def from_hub(task: str, split: str, rows: list[dict]) -> list[dict]:
+def from_hub(task, split: str, rows: list[dict]) -> list[dict]:
     return from_rows(task, rows, f"hub split {split!r}")
 
 
-def from_rows(task: str, rows: list[dict], source: str) -> list[dict]:
+def from_rows(task, rows: list[dict], source: str) -> list[dict]:
+    """Rows of `task` (a TaskDefinition); a task without a no-answer string requires an answer everywhere."""
     out = []
     for article in rows:
         if "paragraphs" in article:  # official nested format
@@ -56,15 +57,15 @@ def _file_rows(task: str, path: Path) -> list[dict]:
     return rows
 
 
-def _row(task: str, source: str, qa: dict) -> dict:
+def _row(task, source: str, qa: dict) -> dict:
     if not all(k in qa for k in ("id", "context", "question", "answers")):
-        raise ConfigError(f"{task}: {source} is not {EXPECTED}; pass the file with --data.paths")
+        raise ConfigError(f"{task.name}: {source} is not {EXPECTED}; pass the file with --data.paths")
     answers = qa["answers"]
     texts = list(answers["text"]) if isinstance(answers, dict) else [a["text"] for a in answers]
     if qa.get("is_impossible"):
         texts = []
-    if not texts and task == "squad":
-        raise ConfigError(f"{task}: {source} question {qa['id']} has no answer; every SQuAD v1.1 question has one "
+    if not texts and task.generation.no_answer is None:
+        raise ConfigError(f"{task.name}: {source} question {qa['id']} has no answer; every SQuAD v1.1 question has one "
                           "(unanswerable questions belong to squad_v2)")
     return {"id": str(qa["id"]), "title": qa.get("title", ""), "context": qa["context"],
             "question": qa["question"], "answers": texts}

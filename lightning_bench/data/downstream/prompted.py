@@ -1,0 +1,183 @@
+"""PromptedDataModule: every example of every selected task as loglikelihood / next-token / generation
+requests (encoded by evaluation/prompted.py), built from the tasks' versioned templates
+(data/tasks/requests.py), k-shot from each task's few-shot split. The model's test step scores them (evaluation/evaluator.py)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Literal, Optional, Union
+
+import torch
+from torch.utils.data import DataLoader
+
+from lightning_bench.data.downstream.base import TaskDataModule
+from lightning_bench.data.tasks import GenerationSettings, get_task
+from lightning_bench.data.tasks.finetune import passage
+from lightning_bench.errors import ConfigError, MissingData
+from lightning_bench.evaluation import prompted
+from lightning_bench.data.tasks.requests import Generation, MultipleChoice, build_request
+
+
+@dataclass
+class Request:
+    """One example's request: what was asked (`request`) about which row of which task."""
+
+    task: str
+    row: dict
+    request: Union[MultipleChoice, Generation]
+    truncated: int = 0
+
+
+class _Batches(torch.utils.data.Dataset):
+    def __init__(self, batches):
+        self.batches = batches
+
+    def __len__(self):
+        return len(self.batches)
+
+    def __getitem__(self, i):
+        return self.batches[i]
+
+
+class PromptedDataModule(TaskDataModule):
+    """Prompted scoring of downstream tasks (`lightning_bench test --task ...`); options of TaskDataModule and:
+
+    Args:
+        num_fewshot: k-shot examples from the task's few-shot split (MMLU: its dev split, in order, as the
+            benchmark does; other tasks: a seeded sample of the train split).
+        fewshot_seed: seed of the k-shot samples (each example draws with fewshot_seed + its index).
+        fewshot_source: `split` = the task's few-shot split (above); `eval` = other examples of the evaluated
+            split, never the query itself (lm-evaluation-harness's fallback for tasks without a train
+            split; what the offline samples allow, since they hold only evaluation files).
+        max_samples: score only the first N examples of each task (None = all); the record says N.
+        max_new_tokens: generation limit (None = each task's own: SQuAD 32).
+    Prompts longer than max_length lose tokens from the left (the record counts them).
+    """
+
+    protocol = "prompted"
+
+    def __init__(self, tasks: Union[str, list[str]] = "glue/sst2", data_dir: Optional[str] = None,
+                 paths: Optional[dict[str, Union[str, list[str]]]] = None, num_fewshot: int = 0,
+                 fewshot_seed: int = 1234, fewshot_source: Literal["split", "eval"] = "split",
+                 max_samples: Optional[int] = None, tokenizer: str = "auto", max_length: Optional[int] = None,
+                 batch_size: int = 16, max_new_tokens: Optional[int] = None):
+        super().__init__(tasks, data_dir, paths, tokenizer, max_length, batch_size)
+        self.save_hyperparameters()
+        if num_fewshot < 0 or (max_samples is not None and max_samples < 1) or (max_new_tokens or 1) < 1:
+            raise ConfigError("--data.num_fewshot must be >= 0, --data.max_samples >= 1 and --data.max_new_tokens >= 1")
+        if fewshot_source not in ("split", "eval"):
+            raise ConfigError(f"unknown --data.fewshot_source {fewshot_source!r}; valid: split, eval")
+        self.requests: list[Request] = []
+
+    def setup(self, stage: str = "test") -> None:
+        if stage == "fit":
+            raise ConfigError("`fit --task` trains with the finetune protocol (FinetuneDataModule); drop "
+                              "--data.protocol prompted")
+        if self.requests:
+            return
+        hp = self.hparams
+        self.tokenizer = self.tokenizer or self.resolve_tokenizer()
+        for task in self.task_names:
+            rows = self.rows(task, "eval", hp.max_samples)
+            pool = []
+            if hp.num_fewshot:
+                pool = self.rows(task, "eval") if hp.fewshot_source == "eval" else self._fewshot_pool(task)
+            for index, row in enumerate(rows):
+                shots = self._shots(task, pool, row, index)
+                self.requests.append(Request(task, row, build_request(task, row, shots)))
+        self._encode_requests()
+
+    def max_new_tokens(self, task: str) -> int:
+        settings = get_task(task).generation or GenerationSettings()
+        return self.hparams.max_new_tokens or settings.max_new_tokens
+
+    def _fewshot_pool(self, task: str) -> list[dict]:
+        split = get_task(task).splits.fewshot
+        try:
+            pool = self.rows(task, "fewshot")
+        except MissingData as err:
+            raise ConfigError(f"{task}: --data.num_fewshot {self.hparams.num_fewshot} needs its {split or 'few-shot'} "
+                              f"split, which was not found; pass --data.fewshot_source eval, --data.paths "
+                              f"'{{{task}:fewshot: FILE}}' or --data.num_fewshot 0") from err
+        if self.hparams.num_fewshot > len(pool):
+            raise ConfigError(f"{task}: --data.num_fewshot {self.hparams.num_fewshot} is larger than its {split} split "
+                              f"({len(pool)} examples); lower it")
+        return pool
+
+    def _shots(self, task: str, pool: list[dict], row: dict, index: int) -> list[dict]:
+        k = self.hparams.num_fewshot
+        if not k:
+            return []
+        if get_task(task).fewshot_sampling == "first" and self.hparams.fewshot_source == "split":
+            return pool[:k]  # e.g. the original MMLU protocol: the first k dev questions, in order
+        if self.hparams.fewshot_source == "eval":
+            # never the query, nor another question about the same passage (it would show its answer)
+            same = passage(row)
+            candidates = [r for r in pool if r["id"] != row["id"] and (same is None or passage(r) != same)]
+        else:
+            candidates = pool
+        if k > len(candidates):
+            raise ConfigError(f"{task}: --data.num_fewshot {k} is larger than its few-shot split without the "
+                              f"query ({len(candidates)} examples); lower it")
+        return random.Random(self.hparams.fewshot_seed + index).sample(candidates, k)
+
+    def _encode_requests(self) -> None:
+        tok = self.tokenizer
+        self._encoded: list[prompted.EncodedRequest] = []
+        self._no_answer: dict[int, Optional[list[int]]] = {}
+        for rid, req in enumerate(self.requests):
+            r = req.request
+            if isinstance(r, Generation):
+                enc = [prompted.encode_generation(tok, rid, r.context, self.seq_len, self.max_new_tokens(req.task))]
+                self._no_answer[rid] = (prompted.split_continuation(tok, r.context, " " + r.no_answer)[1]
+                                        if r.no_answer else None)
+            else:
+                enc = prompted.encode_multiple_choice(tok, rid, r.context, r.choices, self.seq_len)
+            req.truncated = max(e.truncated for e in enc)
+            self._encoded.extend(enc)
+        stops = {r.request.stop for r in self.requests if isinstance(r.request, Generation)}
+        # the tokenizer's end-of-sequence token ends an answer too (instruct models emit it)
+        eos = getattr(getattr(tok, "tok", None), "eos_token_id", None)
+        self.stop_ids = {s: frozenset(set().union(*(prompted.stop_token_ids(tok, one) for one in s))
+                                      | ({eos} if eos is not None else set())) for s in stops}
+
+    def _batches(self) -> list[dict]:
+        batches = []
+        pad = getattr(self.tokenizer, "prefix_id", 0)
+        for kind in ("next_token", "loglikelihood"):
+            rows = sorted((e for e in self._encoded if e.kind == kind), key=lambda e: -len(e.tokens))
+            for i in range(0, len(rows), self.hparams.batch_size):
+                batches.append(prompted.collate(rows[i:i + self.hparams.batch_size], pad))
+        for e in (e for e in self._encoded if e.kind == "generate"):
+            batch = prompted.collate([e], pad)
+            req = self.requests[e.request_id]
+            batch.update(max_new_tokens=self.max_new_tokens(req.task), stop=req.request.stop,
+                         no_answer_tokens=self._no_answer[e.request_id])
+            batches.append(batch)
+        return batches
+
+    def generation_settings(self, batch: dict) -> dict:
+        """What evaluation/prompted.generate needs beyond the batch: the tokenizer and the stop token ids."""
+        stop = tuple(batch["stop"])  # the DataLoader hands the tuple back as a list
+        return {"tokenizer": self.tokenizer, "stop_ids": self.stop_ids.get(stop, frozenset()),
+                "max_new_tokens": batch["max_new_tokens"], "no_answer_tokens": batch["no_answer_tokens"]}
+
+    def test_dataloader(self):
+        return DataLoader(_Batches(self._batches()), batch_size=None)
+
+    def protocol_record(self) -> dict:
+        """The settings a prompted score depends on (the record's `protocol`)."""
+        hp = self.hparams
+        return {"name": self.protocol, "num_fewshot": hp.num_fewshot, "fewshot_seed": hp.fewshot_seed,
+                "fewshot_source": hp.fewshot_source, "max_samples": hp.max_samples, "max_length": self.seq_len,
+                "max_new_tokens": self._recorded_max_new_tokens(),
+                "prompt_versions": {t: get_task(t).template_version for t in self.task_names}}
+
+    def _recorded_max_new_tokens(self):
+        """One number when the run's generation tasks share it (or without any: the limit that would
+        apply), else {task: limit}; records compare it across runs (`mixed_protocols`)."""
+        limits = {t: self.max_new_tokens(t) for t in self.task_names if get_task(t).generation}
+        if not limits:
+            return self.hparams.max_new_tokens or GenerationSettings().max_new_tokens
+        return limits if len(set(limits.values())) > 1 else next(iter(limits.values()))

@@ -1,0 +1,148 @@
+"""TaskDefinition: everything about one downstream task, declared in one place.
+
+Like one lm-evaluation-harness task: where the rows come from (`Source`), which splits play which role
+(`Splits`), what the model is asked (`output_type` + a versioned `template`), how the answers are
+scored (`metrics`, averaged into the task score), and the fine-tuning and generation settings.
+Definitions live in lightning_bench/data/tasks/definitions/, one module per benchmark; the registry
+(registry.py) is built from them. Where each split's files lie in a local data folder is data, not
+code: local_layout.yaml beside this file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Optional
+
+AGGREGATIONS = ("mean_task_score", "single_task", "mmlu_questions", "selection_only")
+OUTPUT_TYPES = ("multiple_choice", "generate_until", "loglikelihood_rolling")  # rolling: reserved, not run yet
+READER_FORMATS = ("glue_tsv", "superglue_jsonl", "squad_json", "mmlu_csv")  # data/tasks/readers/<format>.py
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the rows come from and how the file format names the task's fields.
+
+    `columns` maps each row field to the file's column (GLUE TSV) or key (SuperGLUE JSON lines; the same
+    name there); `label_column` is the file's label column; `label_names` lists the label values in index
+    order (None: a float score, or no single label as in ReCoRD). `hub_splits` lists the hub splits one
+    split is made of (MNLI's validation = matched + mismatched).
+    """
+
+    hub_id: str
+    hub_config: Optional[str]
+    format: str  # one of READER_FORMATS
+    columns: Mapping[str, str] = field(default_factory=dict, hash=False)
+    label_column: str = "label"
+    label_names: Optional[tuple[str, ...]] = None
+    file_fields: str = ""  # the original file's fields where `columns` does not say them (nested formats)
+    hub_splits: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True)
+class Splits:
+    """Which split each role reads (hub split names; MMLU's few-shot split is "dev")."""
+
+    eval: str = "validation"
+    train: Optional[str] = "train"  # None: the benchmark has no train split for the task
+    fewshot: Optional[str] = "train"  # None: no split to draw k-shot examples from
+
+
+@dataclass(frozen=True)
+class Finetune:
+    """Fine-tuning as sequence classification: `num_labels` (1 = regression) and the text (pair) read.
+
+    `text_pair` names the row fields (second None: a single text); `input` builds the pair itself
+    where the fields alone would not say what to classify (WiC's word, WSC's spans).
+    """
+
+    num_labels: int
+    text_pair: tuple[str, Optional[str]] = ("", None)
+    input: Optional[Callable[[dict], tuple[str, Optional[str]]]] = None
+
+    def text(self, row: dict) -> tuple[str, Optional[str]]:
+        if self.input is not None:
+            return self.input(row)
+        a, b = self.text_pair
+        return row[a], (row[b] if b else None)
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """`generate_until`: greedy decoding until a stop sequence or `max_new_tokens`."""
+
+    stop: tuple[str, ...] = ("\n",)
+    max_new_tokens: int = 32
+    no_answer: Optional[str] = None  # what the model says for "no answer" (SQuAD v2); scored as ""
+
+
+# a template maps a row to (context, choices, gold) for multiple_choice, (context, answers) for generate_until
+Template = Callable[[dict], tuple]
+
+
+@dataclass(frozen=True)
+class TaskDefinition:
+    name: str  # registry key: "<benchmark>/<task>", or the benchmark itself for one-task benchmarks ("squad")
+    benchmark: str  # the named group it belongs to and the record section it is written under
+    title: str  # the benchmark's own name for it ("SST-2"), in messages
+    source: Source
+    output_type: str  # one of OUTPUT_TYPES
+    template: Template
+    template_version: str  # "<name>@<n>": a changed template gets the next n, so old records stay apart
+    metrics: tuple[str, ...]  # the official metrics (evaluation/task_metrics.py); task score = their mean
+    splits: Splits = Splits()
+    fewshot_sampling: str = "seeded"  # or "first": the first k rows of the few-shot split, in order (MMLU)
+    description: str = ""  # a line before the k-shot examples (MMLU's subject line, SQuAD v2's instruction)
+    choice_values: Optional[tuple[float, ...]] = None  # STS-B: the score each choice stands for
+    answer_field: str = "label"  # the row field holding the gold (a label index, a score, or answer strings)
+    choices_field: Optional[str] = None  # the row field the choices name, where a prediction is one of its
+    # strings rather than a label (ReCoRD: the entity filled in), scored against `answer_field`
+    finetune: Optional[Finetune] = None  # None: not fine-tunable as sequence classification
+    generation: Optional[GenerationSettings] = None  # generate_until only
+    diagnostic: bool = False  # reported beside the benchmark average, never averaged in (SuperGLUE AX-b/AX-g)
+
+    @property
+    def short_name(self) -> str:
+        """The name inside its benchmark ("sst2"), or the benchmark's name for a one-task benchmark."""
+        return self.name.partition("/")[2] or self.name
+
+    @property
+    def num_classes(self) -> Optional[int]:
+        return len(self.source.label_names) if self.source.label_names else None
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A named group of tasks (`--task glue`). `aggregation` says how the benchmark's record section combines
+    its tasks: mean_task_score (GLUE/SuperGLUE: unweighted mean of the task scores, diagnostics left out),
+    single_task (SQuAD: the task's own metrics), mmlu_questions (micro averages over questions, per
+    category and overall), selection_only (a group that only selects tasks; they are recorded under
+    their own benchmark)."""
+
+    name: str
+    title: str
+    tasks: tuple[str, ...]
+    aggregation: str  # one of AGGREGATIONS
+    member: str = ""  # how a message names one of its tasks ("MMLU subject"); "" = "<name> task"
+
+
+def check_definition(task: TaskDefinition) -> list[str]:
+    """What is missing or inconsistent in a definition (empty = complete); tests run it over the registry."""
+    problems = []
+    if task.output_type not in OUTPUT_TYPES:
+        problems.append(f"output_type {task.output_type!r} is not one of {OUTPUT_TYPES}")
+    if task.source.format not in READER_FORMATS:
+        problems.append(f"source.format {task.source.format!r} is not one of {READER_FORMATS}")
+    named, _, number = task.template_version.partition("@")
+    if named not in (task.name, task.benchmark) or not number.isdigit():  # MMLU's subjects share "mmlu@n"
+        problems.append(f"template_version {task.template_version!r} is not '<task or benchmark>@<n>'")
+    if not task.metrics:
+        problems.append("no metrics")
+    if (task.output_type == "generate_until") != (task.generation is not None):
+        problems.append("generation settings belong to generate_until tasks, and only to them")
+    if task.fewshot_sampling not in ("seeded", "first"):
+        problems.append(f"fewshot_sampling {task.fewshot_sampling!r} is not 'seeded' or 'first'")
+    labels = task.finetune.num_labels if task.finetune else None
+    if labels not in (None, 1) and task.num_classes != labels:
+        problems.append(f"finetune.num_labels {labels} != its {task.num_classes} label names")
+    return problems
+

@@ -1,0 +1,74 @@
+"""Requests from task definitions: a row (and its k-shot examples) -> what the model is asked
+(lm-evaluation-harness's requests; evaluation/prompted.py encodes and scores them).
+
+Multiple-choice tasks become a loglikelihood request: score each continuation (each starts with a
+space) after the context. `generate_until` tasks become a greedy generation cut at a stop string.
+A k-shot context is the task's description line (MMLU, SQuAD v2) + "\\n\\n", then every shot with its
+gold continuation + "\\n\\n", then the query without answer. The templates themselves are part of each
+task's definition (lightning_bench/data/tasks/definitions/), versioned there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence, Union
+
+from lightning_bench.data.tasks.definition import TaskDefinition
+from lightning_bench.data.tasks.registry import TASKS, get_task
+from lightning_bench.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class MultipleChoice:
+    """Loglikelihood request: score each continuation after the context."""
+    context: str
+    choices: tuple[str, ...]
+    gold: Union[int, tuple[int, ...]]  # a tuple where several choices are right (ReCoRD)
+    choice_values: Optional[tuple[float, ...]] = None  # STS-B: the score each choice stands for
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Greedy generation, cut at the first of the `stop` strings."""
+    context: str
+    answers: tuple[str, ...]  # () = unanswerable
+    stop: tuple[str, ...] = ("\n",)
+    no_answer: Optional[str] = None  # what the model says for "no answer" (SQuAD v2)
+
+
+def prompt_version(task: str) -> str:
+    """The version of the template `task` is prompted with (MMLU subjects share one)."""
+    return get_task(task).template_version
+
+
+def build_request(task: str, row: dict, shots: Sequence[dict] = ()) -> Union[MultipleChoice, Generation]:
+    """The request for `row`, after the `shots` (k = len(shots)) shown with their gold answers."""
+    definition = get_task(task)
+    head = definition.description + "\n\n" if definition.description else ""
+    shown = "".join(_shown(definition, shot) + "\n\n" for shot in shots)
+    if definition.output_type == "generate_until":
+        context, answers = definition.template(row)
+        settings = definition.generation
+        return Generation(head + shown + context, tuple(answers), settings.stop, settings.no_answer)
+    if definition.output_type != "multiple_choice":
+        raise ConfigError(f"{task}: {definition.output_type} requests are not scored yet")
+    context, choices, gold = definition.template(row)
+    return MultipleChoice(head + shown + context, choices, gold, definition.choice_values)
+
+
+def _shown(definition: TaskDefinition, shot: dict) -> str:
+    """A k-shot example: its query with the gold continuation (the first gold answer where several are right)."""
+    if definition.output_type == "generate_until":
+        context, answers = definition.template(shot)
+        return context + " " + (list(answers) or [definition.generation.no_answer])[0]
+    context, choices, gold = definition.template(shot)
+    return context + choices[gold[0] if isinstance(gold, tuple) else gold]
+
+
+def finetune_input(task: str, row: dict) -> tuple[str, Optional[str]]:
+    """The text (pair) a fine-tuned classifier reads; MultiRC: one example per answer option."""
+    definition = get_task(task)
+    if definition.finetune is None:
+        raise ConfigError(f"{task} cannot be fine-tuned as sequence classification; tasks that can: "
+                          f"{', '.join(name for name, t in TASKS.items() if t.finetune is not None)}")
+    return definition.finetune.text(row)
