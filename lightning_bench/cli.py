@@ -32,9 +32,9 @@ def list_aliases(argv: list[str]) -> int:
 # Imported when called, so `lightning_bench fit` does not pay for them at start-up.
 EXTRA_COMMANDS: dict[str, str] = {
     "aliases": "lightning_bench.cli:list_aliases",
-    "multi_dataset": "lightning_bench.experiments.multi_dataset:multi_dataset",
-    "generation": "lightning_bench.experiments.generation:generation",
-    "sweep": "lightning_bench.experiments.sweep:sweep",
+    "multi_dataset": "lightning_bench.experiments.multi_dataset:main",
+    "generation": "lightning_bench.experiments.generation:main",
+    "sweep": "lightning_bench.experiments.sweep:main",
 }
 
 

@@ -8,8 +8,8 @@ import yaml
 from tests.test_cli import run
 
 ROOT = Path(__file__).resolve().parent.parent / "configs"
-# configs/perplexity/ holds `lightning_bench sweep` presets, validated by the sweep's own parser
-# (tests/test_streaming_sparsity.py), not fit/test configs
+# configs/perplexity/ holds `lightning_bench sweep` presets, validated under `sweep` at the end of this file
+# (they are not fit/test configs)
 CONFIGS = sorted(p for p in ROOT.rglob("*.yaml") if "perplexity" not in p.relative_to(ROOT).parts)
 
 
@@ -27,3 +27,35 @@ def test_config_parses(path, capsys):
     for section in ("model", "data"):
         for key, value in written[section]["init_args"].items():
             assert resolved[section]["init_args"][key] == value, (section, key)
+
+
+# ---- experiment presets: each loads under its experiment command -------------------------------
+# configs/perplexity/ holds `sweep` presets; configs/compare/ holds the fit presets `multi_dataset` runs
+EXPERIMENT_DIRS = {"perplexity": "sweep", "compare": "multi_dataset"}
+EXPERIMENT_CONFIGS = sorted(p for p in ROOT.rglob("*.yaml") if p.parent.name in EXPERIMENT_DIRS)
+
+
+def test_every_config_folder_has_a_command():
+    assert {p.parent.name for p in ROOT.rglob("*.yaml")} <= {"fit", "test", "finetune", *EXPERIMENT_DIRS}
+    assert EXPERIMENT_CONFIGS
+
+
+@pytest.mark.parametrize("path", EXPERIMENT_CONFIGS, ids=lambda p: str(p.relative_to(p.parents[1])))
+def test_experiment_preset_loads_under_its_command(path, capsys):
+    from lightning_bench.experiments.core.config import parse_command
+    from lightning_bench.experiments.multi_dataset import MultiDatasetConfig, preset_as_config
+    from lightning_bench.experiments.sweep.config import SweepConfig
+
+    command = EXPERIMENT_DIRS[path.parent.name]
+    if command == "sweep":  # the whole check: types, methods, every dataset's LMDataModule at every length
+        parsed = parse_command(command, SweepConfig, ["--config", str(path)], "")
+        written = yaml.safe_load(path.read_text())
+        assert parsed.resolved["methods"] == written["methods"] and parsed.resolved["datasets"] == written["datasets"]
+        assert parsed.config.cells()
+        code, out, err = run([command, "--config", str(path), "--print_config"], capsys)
+        assert code in (0, None), err
+        assert yaml.safe_load(out)["streaming"] == {**{"interval": 1, "rerotate": False}, **written["streaming"]}
+    else:  # `--config FIT.yaml` names the preset every cell is fit from
+        parsed = parse_command(command, MultiDatasetConfig,
+                               preset_as_config(["--config", str(path), "--datasets", "ptb", "--seeds", "1"]), "")
+        assert parsed.config.preset == str(path) and parsed.config.data[0].name == "ptb"

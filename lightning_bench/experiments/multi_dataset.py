@@ -1,10 +1,13 @@
-"""`lightning_bench multi_dataset`: train and test one preset on several datasets and seeds.
+"""`lightning_bench multi_dataset`: train and test one fit preset on several datasets and seeds.
 
     lightning_bench multi_dataset --config configs/compare/bk_small.yaml --datasets ptb mine=data/mine \
         --seeds 1 2 3 [--results_dir benchmark_results] [-- extra fit/test args ...]
 
+`--config` names the fit preset itself (as above), or a multi_dataset YAML with the fields of
+MultiDatasetConfig (`preset`, `datasets`, `seeds`, `results_dir`, `fit_args`).
+
 Each (dataset, seed) cell runs `fit` with `--seed_everything SEED`, then `test` from that fit's
-`last.ckpt`, both in-process through `run_cli`, and keeps everything in its own folder
+`last.ckpt`, both in-process through `trainer_cli.run_cli`, and keeps everything in its own folder
 `{results_dir}/multi_dataset/{model}/seed{seed}/{dataset}/` (records, logs, checkpoints). The folder
 is per dataset as well as per seed because two local folders may share a folder name, and a text
 corpus's records are named after its folder.
@@ -24,22 +27,22 @@ that holds a sweep of the same model made with another preset file or other extr
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import hashlib
 import importlib
-import re
+import json
 import shlex
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import yaml
 
-from lightning_bench.data import DATA_ALIASES
-from lightning_bench.errors import ConfigError, unknown_name
-from lightning_bench.models import MODEL_ALIASES
+from lightning_bench.errors import PROG, ConfigError, unknown_name
+from lightning_bench.experiments.core.aggregate import STD_KIND, sample_std
+from lightning_bench.experiments.core.config import check_name, check_unique, parse_command
 from lightning_bench.results.io import read_json, write_json_atomic
 from lightning_bench.results.meta import run_meta
 
@@ -47,8 +50,6 @@ COMMAND = "multi_dataset"
 # set per cell by this command: an extra argument that set them would silently break the sweep's layout
 RESERVED = ("--seed_everything", "--results_dir", "--trainer.default_root_dir", "--ckpt_path", "--data",
             "--data.source", "--data.name", "--data.path", "--data.train_path", "--data.val_path", "--data.test_path")
-STD_KIND = "sample standard deviation (ddof=1); null with fewer than two values"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 @dataclass(frozen=True)
@@ -58,29 +59,12 @@ class DatasetSpec:
     cli_args: tuple[str, ...]  # what selects it on the fit/test command line
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one `lightning_bench: error:` line (cli.main), not argparse's usage block
-        raise ConfigError(f"{COMMAND}: {message}")
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=f"lightning_bench {COMMAND}",
-                description="Train and test one preset on several datasets x seeds; write one summary JSON.",
-                epilog="Arguments after `--` go to every fit and test run (e.g. --trainer.max_steps 100).")
-    p.add_argument("--config", required=True, help="the fit config (preset) every cell starts from")
-    p.add_argument("--datasets", nargs="+", default=None, metavar="DATASET",
-                   help="data aliases (ptb, wikitext2, ...) or NAME=DIR for a local text folder")
-    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3],
-                   help="seed_everything of each run (default: 1 2 3, the comparison recipe's seeds)")
-    p.add_argument("--results_dir", default="benchmark_results")
-    return p
-
-
 def parse_dataset(spec: str) -> DatasetSpec:
+    from lightning_bench.data import DATA_ALIASES
+
     if "=" in spec:
         name, folder = spec.split("=", 1)
-        if not _NAME.match(name):
-            raise ConfigError(f"dataset name {name!r} in {spec!r} must be letters, digits, '_', '-' or '.'")
+        check_name(f"dataset name in {spec!r}:", name)
         if not Path(folder).is_dir():
             raise ConfigError(f"dataset {name!r}: folder {folder!r} does not exist")
         return DatasetSpec(name, folder, ("--data", "text", "--data.path", folder, "--data.name", name))
@@ -91,8 +75,62 @@ def parse_dataset(spec: str) -> DatasetSpec:
     return DatasetSpec(spec, spec, ("--data", spec))
 
 
+@dataclass
+class MultiDatasetConfig:
+    """Train and test one fit preset on several datasets x seeds; write one summary JSON."""
+
+    preset: Optional[str] = None
+    """the fit config every cell starts from (e.g. configs/compare/bk_small.yaml)"""
+    datasets: list[str] = field(default_factory=list)
+    """data aliases (ptb, wikitext2, ...) or NAME=DIR for a local text folder"""
+    seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
+    """seed_everything of each run (default: the comparison recipe's 1 2 3)"""
+    results_dir: str = "benchmark_results"
+    """where the cells' folders and the summary are written"""
+    fit_args: list[str] = field(default_factory=list)
+    """arguments for every fit and test run (on the command line: everything after `--`)"""
+
+    def __post_init__(self):
+        if not self.datasets:
+            raise ConfigError(f"{COMMAND} needs --datasets NAME [NAME ...] (data aliases, or NAME=DIR for a "
+                              "local text folder)")
+        self.data = [parse_dataset(spec) for spec in self.datasets]
+        check_unique("--datasets", [d.name for d in self.data], "dataset")
+        check_unique("--seeds", self.seeds, "seed")
+        for arg in self.fit_args:
+            if arg.split("=", 1)[0] in RESERVED:
+                raise ConfigError(f"{arg.split('=', 1)[0]} is set per cell by {COMMAND} (--datasets, --seeds, "
+                                  "--results_dir); leave it out of the arguments after `--`")
+        if self.preset is None:
+            raise ConfigError(f"{COMMAND} needs the fit preset: --config FIT.yaml")
+        if not Path(self.preset).is_file():
+            raise ConfigError(f"config {self.preset!r} does not exist")
+        try:
+            self.preset_yaml = yaml.safe_load(Path(self.preset).read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"config {self.preset!r} is not valid YAML ({type(err).__name__})") from err
+
+
+def preset_as_config(argv: list[str]) -> list[str]:
+    """`--config FIT.yaml` names the fit preset (the command's documented form) unless the file is a
+    multi_dataset config (only MultiDatasetConfig's keys): then jsonargparse reads it as usual."""
+    fields = {f.name for f in dataclasses.fields(MultiDatasetConfig)}
+    out = list(argv)
+    for i, arg in enumerate(out[:-1]):
+        if arg == "--config":
+            try:
+                loaded = yaml.safe_load(Path(out[i + 1]).read_text())
+            except (OSError, yaml.YAMLError):
+                loaded = None
+            if not (isinstance(loaded, dict) and loaded and set(loaded) <= fields):
+                out[i] = "--preset"
+    return out
+
+
 def model_name_of(preset: dict, extra: list[str]) -> str:
     """The `--model` alias the runs will report (their records' `model_name`), known before any run."""
+    from lightning_bench.models import MODEL_ALIASES
+
     model = preset.get("model")
     spec = model.get("class_path") if isinstance(model, dict) else model
     for i, arg in enumerate(extra):  # the command line wins over the file, as in LightningCLI
@@ -107,13 +145,6 @@ def model_name_of(preset: dict, extra: list[str]) -> str:
     except (ImportError, AttributeError) as err:
         raise ConfigError(f"cannot find model class {spec!r}") from err
     return getattr(cls, "alias", name)
-
-
-def _split_extra(argv: list[str]) -> tuple[list[str], list[str]]:
-    if "--" in argv:
-        i = argv.index("--")
-        return argv[:i], argv[i + 1:]
-    return argv, []
 
 
 def _test_record(cell: Path) -> Optional[Path]:
@@ -131,20 +162,15 @@ def _last_checkpoint(cell: Path) -> Optional[Path]:
     return found[-1] if found else None
 
 
-def _recorder(cli):
-    from lightning_bench.results.recorder import ResultsRecorder
-
-    return next(c for c in cli.trainer.callbacks if isinstance(c, ResultsRecorder))
-
-
 def _run(argv: list[str]):
-    from lightning_bench.errors import PROG
+    """One fit or test, in-process; its ResultsRecorder says which record it wrote."""
+    from lightning_bench.results.recorder import ResultsRecorder
     from lightning_bench.trainer_cli import finish_loggers, run_cli
 
     print(f"{PROG} {COMMAND}: {PROG} {shlex.join(argv)}", flush=True)
     cli = run_cli(argv)
     finish_loggers(cli.trainer)
-    return cli
+    return cli, next(c for c in cli.trainer.callbacks if isinstance(c, ResultsRecorder))
 
 
 def run_cell(base: list[str], data: DatasetSpec, seed: int, cell: Path) -> tuple[Optional[Path], Path]:
@@ -153,33 +179,28 @@ def run_cell(base: list[str], data: DatasetSpec, seed: int, cell: Path) -> tuple
               "--trainer.default_root_dir", str(cell)]
     fit_record, checkpoint = _fit_record(cell), _last_checkpoint(cell)
     if fit_record is None or checkpoint is None:
-        cli = _run(["fit", *common])
-        fit_record = _recorder(cli).written.get("fit")
+        cli, recorder = _run(["fit", *common])
+        fit_record = recorder.written.get("fit")
         checkpoint = cli.trainer.checkpoint_callback.last_model_path if cli.trainer.checkpoint_callback else None
         if fit_record is None or not checkpoint:
             raise ConfigError(f"{data.name} seed {seed}: the fit wrote no record or no last checkpoint "
                               "(was it interrupted, or checkpointing disabled?)")
     else:
-        print(f"lightning_bench {COMMAND}: {data.name} seed {seed}: fit already done ({fit_record}); testing it")
-    cli = _run(["test", *common, "--ckpt_path", str(checkpoint)])
-    test_record = _recorder(cli).written.get("test")
+        print(f"{PROG} {COMMAND}: {data.name} seed {seed}: fit already done ({fit_record}); testing it")
+    _, recorder = _run(["test", *common, "--ckpt_path", str(checkpoint)])
+    test_record = recorder.written.get("test")
     if test_record is None:
         raise ConfigError(f"{data.name} seed {seed}: the test run wrote no record (does {data.source!r} "
                           "have a test split?)")
     return Path(fit_record), Path(test_record)
 
 
-def _std(values: list[float]) -> Optional[float]:
-    return statistics.stdev(values) if len(values) > 1 else None
-
-
-def summarize(model: str, datasets: list[DatasetSpec], seeds: list[int], cells: dict, config: dict,
-              command: str) -> dict:
+def summarize(model: str, cfg: MultiDatasetConfig, cells: dict, config: dict, command: str) -> dict:
     """The summary from the cells done so far: cells[(dataset name, seed)] = (fit record, test record)."""
     per_seed, records, parameters = {}, {}, None
-    for data in datasets:
+    for data in cfg.data:
         per_seed[data.name], records[data.name] = {}, {}
-        for seed in seeds:
+        for seed in cfg.seeds:
             if (data.name, seed) not in cells:
                 continue
             fit, test = cells[(data.name, seed)]
@@ -187,21 +208,22 @@ def summarize(model: str, datasets: list[DatasetSpec], seeds: list[int], cells: 
             records[data.name][str(seed)] = [str(fit) if fit else None, str(test)]
             if parameters is None and fit is not None:
                 parameters = read_json(fit).get("parameters")
+    # statistics.mean (exact), as the published summaries were computed
     means = {name: statistics.mean(v.values()) if v else None for name, v in per_seed.items()}
-    done, total = len(cells), len(datasets) * len(seeds)
+    done, total = len(cells), len(cfg.data) * len(cfg.seeds)
     complete = done == total
     dataset_means = list(means.values())
     return {
         "model_name": model,
-        "datasets": [d.name for d in datasets],
-        "dataset_sources": {d.name: d.source for d in datasets},
-        "seeds": seeds,
+        "datasets": [d.name for d in cfg.data],
+        "dataset_sources": {d.name: d.source for d in cfg.data},
+        "seeds": cfg.seeds,
         "metric": "test token perplexity (each test record's metrics.ppl, under the data's evaluation protocol)",
         "perplexities": means,
         "per_seed": per_seed,
-        "std_over_seeds": {name: _std(list(v.values())) for name, v in per_seed.items()},
+        "std_over_seeds": {name: sample_std(list(v.values())) for name, v in per_seed.items()},
         "mean_perplexity": statistics.mean(dataset_means) if complete else None,
-        "std_perplexity": _std(dataset_means) if complete else None,
+        "std_perplexity": sample_std(dataset_means) if complete else None,
         "std_kind": STD_KIND,
         "complete": complete,
         "cells_done": done,
@@ -209,7 +231,7 @@ def summarize(model: str, datasets: list[DatasetSpec], seeds: list[int], cells: 
         "records": records,
         "parameters": parameters,
         "config": config,
-        "meta": run_meta(seed=seeds, extra={"command": command}),
+        "meta": run_meta(seed=cfg.seeds, extra={"command": command}),
     }
 
 
@@ -230,55 +252,40 @@ def _check_same_sweep(summary_path: Path, config: dict, datasets: list[DatasetSp
                               "rename it or use another --results_dir")
 
 
-def multi_dataset(argv: list[str]) -> int:
-    own, extra = _split_extra(list(argv))
-    args = _parser().parse_args(own)
-    if not args.datasets:
-        raise ConfigError(f"{COMMAND} needs --datasets NAME [NAME ...] (data aliases, or NAME=DIR for a "
-                          "local text folder)")
-    datasets = [parse_dataset(spec) for spec in args.datasets]
-    for kind, values in (("dataset", [d.name for d in datasets]), ("seed", args.seeds)):
-        if len(set(values)) != len(values):
-            raise ConfigError(f"--{kind}s lists a {kind} twice: {' '.join(map(str, values))}")
-    for arg in extra:
-        if arg.split("=", 1)[0] in RESERVED:
-            raise ConfigError(f"{arg.split('=', 1)[0]} is set per cell by {COMMAND} (--datasets, --seeds, "
-                              "--results_dir); leave it out of the arguments after `--`")
-    preset = Path(args.config)
-    if not preset.is_file():
-        raise ConfigError(f"config {args.config!r} does not exist")
-    try:
-        preset_yaml = yaml.safe_load(preset.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"config {args.config!r} is not valid YAML ({type(err).__name__})") from err
-    model = model_name_of(preset_yaml if isinstance(preset_yaml, dict) else {}, extra)
-    config = {"preset": args.config, "preset_sha256": hashlib.sha256(preset.read_bytes()).hexdigest(),
+def main(argv: list[str]) -> int:
+    own, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (list(argv), None)
+    fit_args = [] if extra is None else ["--fit_args", json.dumps(extra)]  # `--` replaces the config's fit_args
+    cfg = parse_command(COMMAND, MultiDatasetConfig, [*preset_as_config(own), *fit_args],
+                        description=MultiDatasetConfig.__doc__).config
+    extra = cfg.fit_args
+    model = model_name_of(cfg.preset_yaml if isinstance(cfg.preset_yaml, dict) else {}, extra)
+    config = {"preset": cfg.preset, "preset_sha256": hashlib.sha256(Path(cfg.preset).read_bytes()).hexdigest(),
               "extra_args": extra}
-    results = Path(args.results_dir)
+    results = Path(cfg.results_dir)
     summary_path = results / f"{model}_multi_dataset.json"
-    _check_same_sweep(summary_path, config, datasets)
-    command = shlex.join(["lightning_bench", COMMAND, *argv])
+    _check_same_sweep(summary_path, config, cfg.data)
+    command = shlex.join([PROG, COMMAND, *argv])
 
     cells: dict[tuple[str, int], tuple[Optional[Path], Path]] = {}
-    total, argv_before = len(datasets) * len(args.seeds), sys.argv
+    total, argv_before = len(cfg.data) * len(cfg.seeds), sys.argv
     try:
-        for data in datasets:
-            for seed in args.seeds:
+        for data in cfg.data:
+            for seed in cfg.seeds:
                 cell = results / COMMAND / model / f"seed{seed}" / data.name
                 label = f"[{len(cells) + 1}/{total}] {data.name} seed {seed}"
                 done = _test_record(cell)
                 if done is not None:
-                    print(f"lightning_bench {COMMAND}: {label}: skipped (test record exists: {done})", flush=True)
+                    print(f"{PROG} {COMMAND}: {label}: skipped (test record exists: {done})", flush=True)
                     cells[(data.name, seed)] = (_fit_record(cell), done)
                 else:
-                    print(f"lightning_bench {COMMAND}: {label}: running in {cell}", flush=True)
-                    base = ["--config", args.config, *data.cli_args, *extra]
-                    cells[(data.name, seed)] = run_cell(base, data, seed, cell)
-                summary = summarize(model, datasets, args.seeds, cells, config, command)
+                    print(f"{PROG} {COMMAND}: {label}: running in {cell}", flush=True)
+                    cells[(data.name, seed)] = run_cell(["--config", cfg.preset, *data.cli_args, *extra],
+                                                        data, seed, cell)
+                summary = summarize(model, cfg, cells, config, command)
                 write_json_atomic(summary_path, summary)
     finally:
         sys.argv = argv_before  # run_cli hands LightningCLI its arguments through sys.argv
-    print(f"lightning_bench {COMMAND}: wrote {summary_path}")
+    print(f"{PROG} {COMMAND}: wrote {summary_path}")
     for name, mean in summary["perplexities"].items():
         std = summary["std_over_seeds"][name]
         print(f"  {name:<16} test ppl {mean:10.2f}" + (f" +- {std:.2f}" if std is not None else ""))

@@ -1,0 +1,78 @@
+"""The generation benchmark's summaries, recomputed from every cell file of the experiment folder:
+aggregated_results.json (statistics per (method, sparsity, C) over every sample of every seed) and
+significance_tests.json (paired t-tests on the per-sample NLL), and the table the command prints."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from lightning_bench.experiments.core.aggregate import describe, paired_ttest
+from lightning_bench.experiments.generation.config import Cell
+
+# per-sample metrics, aggregated over seeds and samples
+METRICS = ("nll", "ppl", "decode_tokens_per_s", "tokens_per_s", "seconds", "prefill_seconds", "peak_memory_mb",
+           "peak_memory_increase_mb", "avg_cache_length", "final_cache_length", "kv_bytes_peak", "kv_bytes_mean",
+           "dense_kv_bytes_peak", "kv_fraction")
+
+
+def cell_of(record: dict) -> Cell:
+    return Cell(record["method"], record["sparsity"], record["context_length"], record["seed"])
+
+
+def _group_order(item) -> tuple:
+    """Per context length: dense first, then by sparsity and method."""
+    cell = item[1][0]
+    return cell["context_length"], cell["method"] != "dense", cell["sparsity"], cell["method"]
+
+
+def aggregate(records: list[dict]) -> dict:
+    groups: dict[str, list[dict]] = {}
+    for record in records:
+        groups.setdefault(cell_of(record).group, []).append(record)
+    out = {}
+    for group, members in sorted(groups.items(), key=_group_order):
+        first = members[0]
+        samples = [s for record in members for s in record["samples"]]
+        metrics = {m: describe([s[m] for s in samples]) for m in METRICS}
+        out[group] = {"method": first["method"], "sparsity": first["sparsity"],
+                      "context_length": first["context_length"],
+                      "seeds": sorted(record["seed"] for record in members), "n_samples": len(samples),
+                      "cells": sorted(cell_of(record).key + ".json" for record in members),
+                      "ppl_of_mean_nll": math.exp(metrics["nll"]["mean"]),
+                      "metrics": metrics}
+    return out
+
+
+def _per_sample_nll(records: list[dict], method: str, sparsity: float) -> dict:
+    """{(seed, window start): per-sample NLL} of one arm: the pairing of the t-tests."""
+    return {(r["seed"], s["start"]): s["nll"] for r in records
+            if (r["method"], r["sparsity"]) == (method, sparsity) for s in r["samples"]}
+
+
+def significance(records: list[dict]) -> list[dict]:
+    """At each (sparsity, C): every two of the methods at that sparsity and dense (at 0.0)."""
+    tests = []
+    for ctx in sorted({r["context_length"] for r in records}):
+        here = [r for r in records if r["context_length"] == ctx]
+        has_dense = any(r["method"] == "dense" for r in here)
+        for s in sorted({r["sparsity"] for r in here if r["method"] != "dense"}):
+            who = sorted({r["method"] for r in here if r["method"] != "dense" and r["sparsity"] == s})
+            arms = [(m, s) for m in who] + ([("dense", 0.0)] if has_dense else [])
+            for (a, sa), (b, sb) in itertools.combinations(arms, 2):
+                test = paired_ttest(_per_sample_nll(here, a, sa), _per_sample_nll(here, b, sb))
+                tests.append({"sparsity": s, "context_length": ctx, "a": a, "a_sparsity": sa, "b": b,
+                              "b_sparsity": sb, **test})
+    return tests
+
+
+def print_table(aggregated: dict) -> None:
+    print(f"  {'method':<14}{'sparsity':>9}{'ctx':>7}{'ppl':>10}{'nll':>16}{'decode tok/s':>14}{'cache':>8}"
+          f"{'kv MiB':>9}")
+    for row in aggregated.values():
+        m = row["metrics"]
+        std = m["nll"]["std"]
+        print(f"  {row['method']:<14}{row['sparsity']:>9}{row['context_length']:>7}{row['ppl_of_mean_nll']:>10.3f}"
+              f"{m['nll']['mean']:>9.4f} +- {std if std is not None else float('nan'):.3f}"
+              f"{m['decode_tokens_per_s']['mean'] or float('nan'):>14.1f}{m['avg_cache_length']['mean']:>8.0f}"
+              f"{m['kv_bytes_peak']['mean'] / 2**20:>9.2f}")

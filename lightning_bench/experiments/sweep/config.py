@@ -1,0 +1,210 @@
+"""`lightning_bench sweep`'s configuration (configs/perplexity/*.yaml): a typed dataclass, parsed by
+`experiments.core.config` like every experiment command, and the grid of cells it describes."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from lightning_bench.errors import ConfigError, unknown_name
+from lightning_bench.experiments.core.config import check_at_least, check_name, check_unique
+from lightning_bench.experiments.core.grid import sparsity_key, sparsity_levels_for
+from lightning_bench.experiments.core.store import fingerprint
+from lightning_bench.models import LanguageModule
+
+SWEEPS = ("context_length_sweep", "sparsity_sweep")
+SPLIT_STAGE = {"test": "test", "validation": "val"}
+DATA_SWEEP_KEYS = ("split", "max_tokens")  # the sweep's own per-dataset keys (the rest go to LMDataModule)
+DATA_SET_PER_CELL = ("seq_len", "batch_size", "eval_batch_size", "name")
+
+
+@dataclass
+class SparsitySweep:
+    context_length: int
+    """the context length (tokens per window) every sparsity level is measured at"""
+    sparsity_levels: list[float]
+    """fractions of the KV cache evicted, each in [0, 1)"""
+
+    def __post_init__(self):
+        from lightning_bench.sparsity.cache import check_sparsity
+
+        check_at_least("sparsity_sweep.context_length", self.context_length, 1)
+        if not self.sparsity_levels:
+            raise ConfigError("sparsity_sweep.sparsity_levels must be a non-empty list of ratios in [0, 1)")
+        self.sparsity_levels = [check_sparsity(s) for s in self.sparsity_levels]
+        check_unique("sparsity_sweep.sparsity_levels", self.sparsity_levels, "level")
+
+
+@dataclass
+class ContextLengthSweep:
+    sparsity: float
+    """the sparsity every context length is measured at (dense: 0)"""
+    context_lengths: list[int]
+    """context lengths (tokens per window)"""
+
+    def __post_init__(self):
+        from lightning_bench.sparsity.cache import check_sparsity
+
+        self.sparsity = check_sparsity(self.sparsity)
+        if not self.context_lengths:
+            raise ConfigError("context_length_sweep.context_lengths must be a non-empty list of token counts")
+        for length in self.context_lengths:
+            check_at_least("context_length_sweep.context_lengths", length, 1)
+        check_unique("context_length_sweep.context_lengths", self.context_lengths, "length")
+
+
+@dataclass
+class Streaming:
+    chunk_size: int = 1
+    """tokens per forward: chunks attend to the compressed cache of the chunks before (1 = exact per token)"""
+    interval: int = 1
+    """compress the cache after every interval-th chunk"""
+    rerotate: bool = False
+    """re-rotate kept keys to contiguous positions (default: they keep their original RoPE positions)"""
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    data: dict  # LMDataModule arguments; the window and batch sizes are set per cell
+    split: str  # test | validation
+    max_tokens: Optional[int]  # score the first windows covering this many targets (None: all)
+
+
+@dataclass(frozen=True)
+class Cell:
+    dataset: str
+    method: str
+    sweep: str  # "sparsity_sweep" | "context_length_sweep"
+    key: str  # the sweep's key: the sparsity ("0.9") or the context length ("512")
+    context_length: int
+    sparsity: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.dataset} {self.method} L={self.context_length} sparsity={self.sparsity:g}"
+
+
+@dataclass
+class SweepConfig:
+    """Streaming perplexity under KV-cache eviction: datasets x methods x (sparsity levels at one context
+    length + context lengths at one sparsity); one resumable JSON."""
+
+    model: Callable[[], LanguageModule]
+    """a LanguageModule with a KV cache: class_path (e.g. lightning_bench.models.HFLanguageModel) + init_args"""
+    datasets: dict[str, dict[str, Any]]
+    """NAME: LMDataModule arguments except the window and batch sizes, plus split (test|validation) and max_tokens"""
+    methods: list[str]
+    """sparsity methods (lightning_bench.sparsity.METHODS); dense runs at sparsity 0 only"""
+    name: Optional[str] = None
+    """the sweep's name (default: the config file's name)"""
+    output: Optional[str] = None
+    """the JSON to write (default: benchmark_results/perplexity/{name}.json)"""
+    seed: int = 1234
+    """torch seed before the model is built (models from a config start from seeded random weights)"""
+    accelerator: str = "auto"
+    """Lightning accelerator of every cell's Trainer"""
+    eval_batch_size: int = 1
+    """windows per evaluation batch"""
+    method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """{method: {parameter: value}}; unset parameters take the method's defaults"""
+    sparsity_sweep: Optional[SparsitySweep] = None
+    """perplexity at each sparsity level, at one context length"""
+    context_length_sweep: Optional[ContextLengthSweep] = None
+    """perplexity at each context length, at one sparsity"""
+    streaming: Streaming = field(default_factory=Streaming)
+    """how each window is read on the compressed cache"""
+
+    def __post_init__(self):
+        from lightning_bench.sparsity.methods import METHODS
+        from lightning_bench.sparsity.streaming import check_streaming_args
+
+        check_at_least("seed", self.seed, 0)
+        check_at_least("eval_batch_size", self.eval_batch_size, 1)
+        if not self.methods:
+            raise ConfigError(f"methods must be a non-empty list of sparsity methods; valid: {', '.join(sorted(METHODS))}")
+        check_unique("methods", self.methods, "method")
+        for method in self.method_params:  # parameters of a method left out of this run (e.g. --methods) are kept
+            if method not in METHODS:
+                raise unknown_name("sparsity method in method_params:", method, METHODS)
+        for method in self.methods:
+            check_streaming_args(method, None if method == "dense" else 0.5, None, self.streaming.chunk_size,
+                                 self.streaming.interval, self.method_params.get(method) or {})
+        if self.sparsity_sweep is None and self.context_length_sweep is None:
+            raise ConfigError("nothing to run: give sparsity_sweep and/or context_length_sweep")
+        self.data = {name: self._dataset(name, spec) for name, spec in self.datasets.items()}
+        if not self.data:
+            raise ConfigError("datasets must name at least one dataset")
+
+    def _dataset(self, name: str, spec: dict) -> DatasetSpec:
+        """Check one dataset entry, with LMDataModule's own checks at every context length of the grid."""
+        from lightning_bench.data import LMDataModule
+
+        check_name("dataset name", name)
+        allowed = [p for p in inspect.signature(LMDataModule.__init__).parameters
+                   if p not in ("self", *DATA_SET_PER_CELL)] + list(DATA_SWEEP_KEYS)
+        for key in spec:
+            if key not in allowed:
+                raise unknown_name(f"key in datasets.{name}:", key, allowed)
+        split, max_tokens = spec.get("split", "test"), spec.get("max_tokens")
+        if split not in SPLIT_STAGE:
+            raise unknown_name(f"split for dataset {name!r}:", split, SPLIT_STAGE)
+        if max_tokens is not None:
+            if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+                raise ConfigError(f"datasets.{name}.max_tokens must be an integer >= 1, got {max_tokens!r}")
+            if spec.get("eval_protocol", "token_windows") != "token_windows":
+                raise ConfigError(f"datasets.{name}.max_tokens needs eval_protocol token_windows; with "
+                                  "document_rolling take the first documents with eval_max_documents")
+        data = {"tokenizer": "auto", **{k: v for k, v in spec.items() if k not in DATA_SWEEP_KEYS}}
+        batch = self.eval_batch_size
+        for length in self.context_lengths():  # source, protocol, stride <= window, ...
+            LMDataModule(**data, name=name, seq_len=length, batch_size=batch, eval_batch_size=batch)
+        return DatasetSpec(data, split, max_tokens)
+
+    def context_lengths(self) -> list[int]:
+        lengths = set(self.context_length_sweep.context_lengths if self.context_length_sweep else [])
+        return sorted(lengths | ({self.sparsity_sweep.context_length} if self.sparsity_sweep else set()))
+
+    def cells(self) -> list[Cell]:
+        """Every cell, dataset-major, in run order."""
+        out = []
+        for data in self.data:
+            for method in self.methods:
+                if self.sparsity_sweep:
+                    length = self.sparsity_sweep.context_length
+                    out += [Cell(data, method, "sparsity_sweep", sparsity_key(s), length, s)
+                            for s in sparsity_levels_for(method, self.sparsity_sweep.sparsity_levels)]
+                if self.context_length_sweep:
+                    s = sparsity_levels_for(method, [self.context_length_sweep.sparsity])[0]
+                    out += [Cell(data, method, "context_length_sweep", str(length), length, s)
+                            for length in self.context_length_sweep.context_lengths]
+        return out
+
+    def grid(self) -> dict:
+        return {"datasets": list(self.data), "methods": self.methods,
+                "sparsity_levels": self.sparsity_sweep.sparsity_levels if self.sparsity_sweep else None,
+                "context_lengths": self.context_length_sweep.context_lengths if self.context_length_sweep else None}
+
+    def resolved_params(self, method: str) -> dict:
+        """The method's parameters, defaults included, as a cell records them."""
+        from lightning_bench.sparsity.methods import make_method
+
+        described = make_method(method, **self.method_params.get(method, {})).describe()
+        return {k: v for k, v in described.items() if k != "method"}
+
+
+def settings_fingerprint(resolved: dict) -> str:
+    """The settings every cell depends on. Per-dataset specs and per-method parameters are checked one
+    by one (sweep.store), so datasets and methods can be added to a finished sweep."""
+    return fingerprint({key: resolved[key] for key in ("model", "streaming", "seed", "eval_batch_size")})
+
+
+def check_has_kv_cache(model: dict) -> None:
+    """Refuse a model family that declares it has no KV cache to evict from (bk, mamba)."""
+    module, _, name = model["class_path"].rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    # `supports_kv_cache` is declared by each LanguageModule family; a class that does not say is tried
+    if not getattr(cls, "supports_kv_cache", True):
+        raise ConfigError(f"model {model['class_path']} has no KV cache to evict from; KV-cache sparsity needs "
+                          "an attention model (transformer or hf)")
