@@ -270,6 +270,11 @@ class LMDataModule(L.LightningDataModule):
         self.cache_hits[f"{split}/{kind}"] = hit
         return value
 
+    def token_stream(self, split: str) -> torch.Tensor:
+        """The split's text as one int32 token tensor (no special tokens), from the tokenized cache.
+        Call after `setup`; benchmarks that draw their own windows (the generation benchmark) read it."""
+        return self._tokens(split, "stream")
+
     # ---- dataloaders ------------------------------------------------------------------------
     def train_dataloader(self):
         chunks = ChunkDataset(self._tokens("train", "stream"), self.seq_len)

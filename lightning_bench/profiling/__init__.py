@@ -16,11 +16,12 @@ from lightning_bench.profiling.callback import SUMMARY_KEYS, FlopsCallback, Prof
 from lightning_bench.profiling.flops import (AnalyticFlops, FlopCount, FlopSession, StepFlops, bk_scan_forward_flops,
                                              counter_custom_mapping, linear_weight_params, mamba_mixer_forward_flops,
                                              mamba_scan_forward_flops, measure_flops, transformer_forward_flops)
+from lightning_bench.profiling.memory import CallPeakMemory
 from lightning_bench.profiling.monitors import (MemoryCallback, ThroughputCallback, device_peak_flops,
                                                 peak_memory)
 
 __all__ = [
-    "AnalyticFlops", "SUMMARY_KEYS", "FlopCount", "FlopSession", "FlopsCallback", "MemoryCallback", "ProfilingCallback",
+    "AnalyticFlops", "CallPeakMemory", "SUMMARY_KEYS", "FlopCount", "FlopSession", "FlopsCallback", "MemoryCallback", "ProfilingCallback",
     "StepFlops", "ThroughputCallback", "bk_scan_forward_flops", "counter_custom_mapping", "device_peak_flops",
     "linear_weight_params", "mamba_mixer_forward_flops", "mamba_scan_forward_flops", "measure_flops",
     "peak_memory", "transformer_forward_flops",

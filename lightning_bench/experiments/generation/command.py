@@ -30,7 +30,8 @@ from lightning_bench.experiments.core.config import check_name, parse_command
 from lightning_bench.experiments.core.store import CellFolder
 from lightning_bench.experiments.generation.config import RENAMES, GenerationConfig, legacy_method_params
 from lightning_bench.experiments.generation.data import load_test_text, sample_starts
-from lightning_bench.experiments.generation.measure import SamplePeakMemory, run_sample
+from lightning_bench.experiments.generation.measure import run_sample
+from lightning_bench.profiling.memory import CallPeakMemory
 from lightning_bench.experiments.generation.report import METRICS, aggregate, print_table, significance
 from lightning_bench.results.io import write_json_atomic
 from lightning_bench.results.meta import run_meta
@@ -89,7 +90,7 @@ def main(argv: list[str]) -> int:
 
     name = check_name("--experiment_name", cfg.experiment_name or f"{module.model_name}_{text.name}")
     cells = CellFolder(Path(cfg.results_dir) / name, CELL_FILE, "use another --experiment_name")
-    memory = SamplePeakMemory(device)
+    memory = CallPeakMemory(device)
     config = {"command": COMMAND, "model": {"pretrained": cfg.model.pretrained, "dtype": cfg.model.dtype,
                                             "revision": cfg.model.revision, "max_position_embeddings": max_len},
               "methods": cfg.methods, "sparsity": cfg.sparsity, "context_lengths": cfg.context_length,

@@ -45,7 +45,6 @@ def _datamodule(spec: str):
 
 def load_test_text(spec: str, tokenizer) -> TestText:
     """The test split of `--data`, tokenized by `tokenizer` (the model's) as one stream."""
-    from lightning_bench.data.cache import cache_key, cached
 
     name, source, dm = _datamodule(spec)
     dm.tokenizer = tokenizer  # the model's tokenizer, not one LMDataModule would build from a train split
@@ -57,10 +56,7 @@ def load_test_text(spec: str, tokenizer) -> TestText:
                               "(e.g. wikitext2=../shared/data/wikitext-2)") from err
         raise ConfigError(f"dataset {name!r}: no test split in {source!r} (test.txt, wiki.test.tokens, ...)") from err
     split = dm.splits["test"]
-    # the same cache entry as LMDataModule's own token stream of this split
-    key = cache_key(origin=split.origin, sha256=split.sha256, tokenizer=tokenizer.identity, kind="stream",
-                    n_docs=len(split.documents))
-    stream, _ = cached(dm.cache_dir, key, lambda: torch.tensor(tokenizer.encode(split.text), dtype=torch.int32))
+    stream = dm.token_stream("test")
     return TestText(name, stream, {
         "name": name, "source": source, "split": "test", "origin": split.origin, "sha256": split.sha256,
         "tokenizer": tokenizer.describe(), "stream_tokens": len(stream),
