@@ -6,6 +6,8 @@ to change. Anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import ast
+import re
 import sys
 
 PROG = "lightning_bench"
@@ -18,6 +20,16 @@ class ConfigError(ValueError):
 class MissingData(ConfigError):
     """The data asked for does not exist (no such split, file or hub access): callers may fall back,
     unlike for a file that exists but is wrong."""
+
+
+class DivergedError(ConfigError):
+    """A training loss or evaluation loss became NaN or infinite. The run stops (exit 2, one line) and the
+    ResultsRecorder writes a record with `"status": "diverged"`: a NaN must never be summed away into a
+    perplexity of 1. `quantity` is e.g. "train/loss", `step` the training step (see docs/results.md)."""
+
+    def __init__(self, message: str, quantity: str, value: float, step: int):
+        super().__init__(message)
+        self.quantity, self.value, self.step = quantity, value, step
 
 
 def unknown_name(kind: str, name: str, valid) -> ConfigError:
@@ -40,3 +52,62 @@ def find_config_error(err: BaseException | None) -> ConfigError | None:
         seen.add(id(err))
         err = err.__cause__ or err.__context__
     return None
+
+
+# jsonargparse nests its reasons under `Parser key "bits":` (the first line says only *where*); these
+# lines of the nesting say nothing about what is wrong
+_PARSER_NOISE = ("Does not validate against any of the Union subtypes", "Subtypes:", "Errors:",
+                 "Given value type:", "Expected a path but")
+
+
+def parser_error_line(message: str, argv: list[str] = (), choices: tuple = ()) -> str:
+    """jsonargparse's multi-line message as one line: the flag, the value given and what is allowed,
+    e.g. `--bits: got 'abc'; expected one of 32, 16, 8, 4`. choices: the option's declared values (a
+    Literal of ints is reported by jsonargparse as `Expected a <class 'int'>` when the value is no int)."""
+    lines = [line.strip().removeprefix("- ") for line in str(message).splitlines() if line.strip()]
+    if not lines:
+        return "invalid arguments (see --help)"
+    head = re.match(r'Parser key "([^"]+)":\s*(.*)', lines[0])
+    unknown = re.fullmatch(r"Option '([^']+)' is not accepted", lines[0])
+    if unknown:
+        return f"{_flag_for(unknown.group(1), argv)} is not an option here (see --help)"
+    if head is None:
+        return " ".join(lines)
+    key, rest = head.groups()
+    given, types, literals, details = None, [], [], [rest] if rest else []
+    for line in lines[1:]:
+        expected = re.match(r"Expected a (.*?)(?:\. Got value: (.*))?$", line)
+        if line.startswith(("Given value: ", "Got value: ")):
+            given = line.split(": ", 1)[1]
+        elif expected and not line.startswith(_PARSER_NOISE):
+            given = given or expected.group(2)
+            literal = re.fullmatch(r"typing\.Literal\[(.*)\]", expected.group(1))
+            if literal:
+                literals += [str(v) for v in ast.literal_eval(f"[{literal.group(1)}]") if str(v) not in literals]
+            else:
+                types.append(_type_name(expected.group(1)))
+        elif not line.startswith(_PARSER_NOISE):
+            details.append(line)
+    flag = _flag_for(key, argv)
+    if details:
+        return f"{flag}: {' '.join(details)}"
+    if choices:
+        types, literals = [], [str(c) for c in choices]
+    allowed = [t for t in types if t != "null"] + ([f"one of {', '.join(literals)}"] if literals else [])
+    allowed += ["null"] if "null" in types else []
+    return f"{flag}: got {given!r}; expected {' or '.join(allowed) or 'another value'}"
+
+
+def _type_name(text: str) -> str:
+    name = re.sub(r"<class '(?:builtins\.)?([\w.]+)'>", r"\1", text)
+    return {"int": "an int", "float": "a float", "bool": "true or false", "str": "a string",
+            "NoneType": "null"}.get(name, f"a {name}")
+
+
+def _flag_for(key: str, argv: list[str]) -> str:
+    """The flag as the user typed it: jsonargparse names a model/data option without its `model.` prefix."""
+    for arg in argv:
+        name = arg[2:].split("=", 1)[0] if arg.startswith("--") else ""
+        if name == key or name.endswith("." + key):
+            return "--" + name
+    return "--" + key

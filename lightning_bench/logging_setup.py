@@ -1,8 +1,16 @@
-"""Loggers: CSV by default; W&B on request, offline unless the user is logged in."""
+"""Loggers: CSV by default; W&B on request, offline unless the user is logged in and the server answers."""
 
 from __future__ import annotations
 
 import os
+import socket
+import sys
+import threading
+from urllib.parse import urlparse
+
+from lightning_bench.errors import PROG, ConfigError
+
+WANDB_DEFAULT_URL = "https://api.wandb.ai"
 
 
 def wandb_logged_in() -> bool:
@@ -18,11 +26,41 @@ def wandb_logged_in() -> bool:
     return bool(auth and auth[2])
 
 
+def server_reachable(url: str, timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to `url`'s host opens within `timeout` seconds. The name lookup has no
+    timeout of its own, so the whole attempt runs in a thread that is abandoned after `timeout`."""
+    parsed = urlparse(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    opened = []
+
+    def connect():
+        try:
+            socket.create_connection((parsed.hostname, port), timeout=timeout).close()
+            opened.append(True)
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(opened)
+
+
 def wandb_logger(project: str, save_dir: str, name: str | None = None):
     from lightning.pytorch.loggers import WandbLogger
 
     mode = os.environ.get("WANDB_MODE")
     offline = mode in ("offline", "disabled") or (mode != "online" and not wandb_logged_in())
+    if not offline:
+        # wandb.init with a key but no server raises AuthenticationError (or waits for its own timeouts)
+        url = os.environ.get("WANDB_BASE_URL") or WANDB_DEFAULT_URL
+        if not server_reachable(url):
+            if mode == "online":
+                raise ConfigError(f"WANDB_MODE=online but the W&B server {url} is unreachable; "
+                                  "unset WANDB_MODE to log offline")
+            offline = True
+            print(f"{PROG}: W&B server {url} unreachable: logging offline under {save_dir}/wandb "
+                  "(upload later with `wandb sync`)", file=sys.stderr)
     os.makedirs(save_dir, exist_ok=True)
     return WandbLogger(project=project, save_dir=save_dir, offline=offline, name=name)
 

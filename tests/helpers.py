@@ -1,5 +1,8 @@
 """Small builders shared by tests: a tiny word-level DataModule and a tiny Transformer."""
 
+import os
+import signal
+
 import lightning as L
 
 from lightning_bench.data import LMDataModule
@@ -34,3 +37,15 @@ class StopAfterEpochs(L.Callback):
     def on_train_epoch_end(self, trainer, pl_module):
         if trainer.current_epoch + 1 >= self.epochs:
             trainer.should_stop = True
+
+
+class KillAfterStep(L.Callback):
+    """kill -9 of its own process once training step `step` is done (and checkpointed: ModelCheckpoint saves
+    at that step's end): no hook, no `finally`, no record runs, as when a job is killed."""
+
+    def __init__(self, step: int = 1):
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step >= self.step:
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -116,7 +116,7 @@ BAD_INPUTS = {
                                    "--data.test_path", str(t / "nope.txt")], "does not exist"),
     "empty file": (lambda c, t: ["fit", "--data", "text", "--data.train_path", _empty_file(t)], "is empty"),
     "malformed yaml": (lambda c, t: ["fit", "--config", _bad_yaml(t)], ""),
-    "bits 3": (lambda c, t: ["fit", "--bits", "3"], "--bits 3 is not supported; valid: 32, 16, 8, 4"),
+    "bits 3": (lambda c, t: ["fit", "--bits", "3"], "--bits: got '3'; expected one of 32, 16, 8, 4"),
     "4-bit layer width not a multiple of 64": (lambda c, t: ["fit", *TINY_MODEL, "--model.d_model", "96",
                                                              "--bits", "4", "--data", "text",
                                                              "--data.path", str(c), "--data.seq_len", "16"],

@@ -48,14 +48,15 @@ class ChunkDataset(Dataset):
 
 
 class EpochSeededSampler(Sampler):
-    """A shuffle that depends only on (seed, epoch): a run resumed from a checkpoint at an epoch
-    boundary sees exactly the batches the uninterrupted run would have seen. Lightning calls
-    `set_epoch` on samplers that have it."""
+    """A shuffle that depends only on (seed, epoch). `start` (set when a checkpoint is restored, see
+    ResumableDataLoader) skips the first indices of the resumed epoch once. Lightning calls `set_epoch`."""
 
     def __init__(self, n: int, seed: int):
-        self.n, self.seed, self.epoch = n, seed, 0
+        self.n, self.seed, self.epoch, self.start = n, seed, 0, 0
 
     def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:  # a checkpoint taken at an epoch's end resumes at the next epoch's start
+            self.start = 0
         self.epoch = epoch
 
     def __len__(self):
@@ -63,7 +64,36 @@ class EpochSeededSampler(Sampler):
 
     def __iter__(self):
         generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
-        return iter(torch.randperm(self.n, generator=generator).tolist())
+        start, self.start = self.start, 0
+        return iter(torch.randperm(self.n, generator=generator).tolist()[start:])
+
+
+class ResumableDataLoader(DataLoader):
+    """The train loader, with its position (seed, epoch, samples already yielded) in the checkpoint
+    (LMDataModule.state_dict), so a run killed mid-epoch resumes with the next batch instead of replaying
+    the epoch's first ones. Counted here, not in the sampler: workers read the sampler ahead of training.
+    Single process only: a distributed sampler wrapper has no position (state_dict is then empty)."""
+
+    _epoch, _position = 0, 0
+
+    def __iter__(self):
+        # a generator: runs at the first batch, after Lightning's set_epoch (not at iter(), which
+        # Lightning calls earlier), so a worker's prefetch never reads the previous epoch's order
+        sampler = self.sampler
+        self._epoch, self._position = getattr(sampler, "epoch", 0), getattr(sampler, "start", 0)
+        for batch in super().__iter__():
+            self._position += self.batch_size
+            yield batch
+
+    def state_dict(self) -> dict:
+        if not isinstance(self.sampler, EpochSeededSampler):
+            return {}
+        return {"seed": self.sampler.seed, "epoch": self._epoch, "samples": min(self._position, self.sampler.n)}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state and isinstance(self.sampler, EpochSeededSampler):
+            self.sampler.seed, self.sampler.epoch, self.sampler.start = state["seed"], state["epoch"], state["samples"]
+            self._epoch, self._position = state["epoch"], state["samples"]
 
 
 class WindowDataset(Dataset):
@@ -148,7 +178,7 @@ class LMDataModule(L.LightningDataModule):
             raise unknown_name("eval_protocol", eval_protocol, PROTOCOLS)
         if seq_len < 1 or batch_size < 1:
             raise ConfigError(f"seq_len and batch_size must be >= 1 (got {seq_len}, {batch_size})")
-        stride = eval_stride or seq_len
+        stride = seq_len if eval_stride is None else eval_stride  # 0 is refused below, not read as "default"
         if not 1 <= stride <= seq_len:
             raise ConfigError(f"--data.eval_stride must be in [1, seq_len={seq_len}], got {stride}")
         if not 0 <= val_fraction < 1:
@@ -279,8 +309,29 @@ class LMDataModule(L.LightningDataModule):
     def train_dataloader(self):
         chunks = ChunkDataset(self._tokens("train", "stream"), self.seq_len)
         seed = int(os.environ.get("PL_GLOBAL_SEED", 0))  # set by seed_everything (--seed_everything)
-        return DataLoader(chunks, batch_size=self.hparams.batch_size, sampler=EpochSeededSampler(len(chunks), seed),
-                          drop_last=False, num_workers=self.hparams.num_workers)
+        loader = ResumableDataLoader(chunks, batch_size=self.hparams.batch_size,
+                                     sampler=EpochSeededSampler(len(chunks), seed), drop_last=False,
+                                     num_workers=self.hparams.num_workers)
+        if self._train_position:  # restored from a checkpoint (load_state_dict): the resumed epoch starts there
+            loader.load_state_dict(self._train_position)
+            self._train_position = None
+        self._train_loader = loader
+        return loader
+
+    # ---- resume: the train loader's position travels in the checkpoint ----------------------
+    # Lightning saves a stateful train loader's state itself, but restores it only into a loader built after
+    # the loops are restored; LanguageModule's configure_optimizers asks estimated_stepping_batches, which
+    # builds the loader earlier. A DataModule's state is restored before any loader is built.
+    _train_loader: Optional[ResumableDataLoader] = None
+    _train_position: Optional[dict] = None
+
+    def state_dict(self) -> dict:
+        return {"train_loader": self._train_loader.state_dict()} if self._train_loader is not None else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._train_position = state.get("train_loader")
+        if self._train_loader is not None and self._train_position:  # built first (restore after setup)
+            self._train_loader.load_state_dict(self._train_position)
 
     def _eval_loader(self, split: str):
         hp = self.hparams

@@ -27,7 +27,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from lightning_bench.errors import ConfigError
+from lightning_bench.errors import ConfigError, DivergedError
 from lightning_bench.evaluation.windows import IGNORE_INDEX
 
 
@@ -120,6 +120,9 @@ def score_batch(module, batch: dict, generation: Optional[dict] = None) -> dict:
     labels = batch["labels"]
     keep = (labels != IGNORE_INDEX).any(0).nonzero().squeeze(1)
     logp = F.log_softmax(module.lm_forward(batch["input_ids"], logits_to_keep=keep).logits.float(), dim=-1)
+    if logp.isnan().any():  # NaN compares false: argmax/acc would still give a finite, meaningless score
+        raise DivergedError("the model's log-probabilities are nan on a test request: its outputs are not finite",
+                            "test/loglikelihood", float("nan"), module.global_step)
     labels = labels[:, keep]
     if kind == "next_token":
         last = (labels != IGNORE_INDEX).long().cumsum(1).argmax(1)  # the one scored column of each row

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics import SumMetric
 
-from lightning_bench.errors import ConfigError
+from lightning_bench.errors import ConfigError, DivergedError
 from lightning_bench.evaluation.windows import IGNORE_INDEX
 from lightning_bench.models.sequence_head import SequenceHead, last_token_pool
 from lightning_bench.profiling.flops import AnalyticFlops
@@ -76,13 +76,17 @@ class LanguageModule(L.LightningModule):
         self.aux_loss_weight = aux_loss_weight  # stored here: subclasses' save_hyperparameters() may omit it
         self.net: Optional[nn.Module] = None
         self.task_head: Optional[SequenceHead] = None  # built in configure_model for fine-tuning runs
-        # evaluation sums are kept in float64: a split has ~1e5-1e6 tokens of ~1-10 nats each
-        self.eval_nll = nn.ModuleDict({s: SumMetric().set_dtype(torch.float64) for s in EVAL_STAGES})
+        # evaluation sums are kept in float64: a split has ~1e5-1e6 tokens of ~1-10 nats each. NaN must
+        # reach the sum: torchmetrics' default nan_strategy drops it (a NaN model would score perplexity 1);
+        # `_eval_epoch_end` turns a non-finite sum into a DivergedError
+        self.eval_nll = nn.ModuleDict({s: SumMetric(nan_strategy="disable").set_dtype(torch.float64)
+                                       for s in EVAL_STAGES})
         self.eval_tokens = nn.ModuleDict({s: SumMetric().set_dtype(torch.float64) for s in EVAL_STAGES})
         self.last_eval: dict[str, dict] = {}
         # the KV-cache eviction `lm_forward` runs through; only `StreamingEviction.applied` sets it
         self.active_eviction = None
         self.optimizer_8bit = False  # bitsandbytes' AdamW8bit instead of torch's (use_8bit_optimizer)
+        self._rng_to_restore: Optional[dict] = None  # a checkpoint's RNG states, set at the first resumed step
 
     # ---- what subclasses provide ----------------------------------------------------------
     def build_network(self, vocab_size: int) -> nn.Module:
@@ -168,6 +172,21 @@ class LanguageModule(L.LightningModule):
         weight = checkpoint["state_dict"].get("task_head.proj.weight")
         if weight is not None and self.task_head is None:
             self.task_head = SequenceHead(weight.shape[1], weight.shape[0])
+        self._rng_to_restore = checkpoint.get("rng_states")
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # Lightning does not checkpoint RNG states: a resumed run would draw other dropout masks
+        checkpoint["rng_states"] = {"torch": torch.get_rng_state(),
+                                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []}
+
+    def on_train_batch_start(self, batch, batch_idx):
+        # restored at the first resumed step, not on load: between load and this step Lightning draws from
+        # the global RNG (sanity validation builds dataloader iterators), which the uninterrupted run did not
+        if self._rng_to_restore is not None:
+            torch.set_rng_state(self._rng_to_restore["torch"])
+            if self._rng_to_restore["cuda"]:
+                torch.cuda.set_rng_state_all(self._rng_to_restore["cuda"])
+            self._rng_to_restore = None
 
     def build(self, vocab_size: int) -> None:
         """Build the network; a random-init family saves its vocabulary in hparams, so checkpoints
@@ -192,7 +211,17 @@ class LanguageModule(L.LightningModule):
         if out.aux_loss is not None:
             self.log("train/aux_loss", out.aux_loss)
             loss = ce + self.aux_loss_weight * out.aux_loss
+        self._check_finite(loss)
         return {"loss": loss, "ce": ce.detach()}
+
+    def _check_finite(self, loss: torch.Tensor) -> None:
+        """Stop at the first non-finite training loss (one host sync per step; the recorder reads the loss
+        every step anyway): its optimizer step would make every weight NaN."""
+        if not torch.isfinite(loss):
+            step = self.global_step + 1  # counted from 1, like the record's global_steps
+            value = float(loss.detach())
+            raise DivergedError(f"the training loss is {value} at step {step}: the run diverged; "
+                                "lower --model.learning_rate or raise --model.warmup_steps", "train/loss", value, step)
 
     # ---- evaluation: sum NLL over scored tokens, turn into every unit at the end ---------------
     def _eval_step(self, batch, stage: str):
@@ -242,6 +271,7 @@ class LanguageModule(L.LightningModule):
         elif stage != "train":
             self.log(f"{stage}/mse", loss, **log)
         if stage == "train":
+            self._check_finite(loss)
             return {"loss": loss}
         return {"row_index": batch["row_index"].cpu(), "predictions": predictions.cpu()}
 
@@ -257,6 +287,10 @@ class LanguageModule(L.LightningModule):
             return
         nll, tokens = float(self.eval_nll[stage].compute()), float(self.eval_tokens[stage].compute())
         self.eval_nll[stage].reset(), self.eval_tokens[stage].reset()
+        if not math.isfinite(nll):
+            raise DivergedError(f"the {stage} loss is {nll} after {self.global_step} training steps: the "
+                                "model's outputs are not finite",
+                                f"{stage}/loss", nll, self.global_step)
         if self.trainer.sanity_checking or tokens == 0:
             return
         metrics = perplexity_metrics(nll, int(tokens), self._eval_units(stage))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -13,6 +14,8 @@ from lightning_bench.errors import ConfigError
 from lightning_bench.models.base import ClassDefault, LanguageModule
 from lightning_bench.models.mamba import mamba_analytic_flops, mamba_quantizable_layers
 
+# a hub repo id (`gpt2`, `HuggingFaceTB/SmolLM2-135M`); anything else that does not exist locally is a wrong path
+HUB_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
 # transformers model types that keep a recurrent state, not a KV cache
 NO_KV_CACHE = {"mamba", "mamba2", "falcon_mamba", "rwkv", "xlstm"}
@@ -57,6 +60,10 @@ class HFLanguageModel(LanguageModule):
             if not os.path.isfile(path):
                 raise ConfigError(f"GGUF file {path!r} does not exist")
             return str(Path(path).parent), {**kwargs, "gguf_file": Path(path).name}
+        if not os.path.exists(path) and not HUB_ID.fullmatch(path):
+            # not a hub id either: say so, rather than let transformers explain its repo-id rules
+            raise ConfigError(f"cannot load pretrained model {path!r}: no such folder or file "
+                              "(nor a hub id, which looks like org/name)")
         if self.hparams.revision:
             kwargs["revision"] = self.hparams.revision
         return path, kwargs

@@ -9,6 +9,10 @@ Field meanings (docs/results.md has the full list):
   epoch_losses: mean training cross-entropy per epoch; epoch_perplexities: validation perplexity
       at each validation run (once per epoch unless val_check_interval says otherwise).
   forward/backward/total_flops: null until the profiling callbacks measure them.
+  status: "completed", or "diverged" (a DivergedError stopped the run: `divergence` says where and the
+      last finite figures; final_loss / final_perplexity are then null, never a perplexity of 1).
+  meta.resumed_from: the checkpoint (and its step) a fit resumed from; the running figures (losses,
+      curve, tokens, time) are part of the checkpoint, so a resumed fit reports the whole run.
 
 Other callbacks add their own fields: every callback of the run that has a method
 `record_fields(trainer, pl_module) -> dict` contributes it (ProfilingCallback: the cost fields,
@@ -24,7 +28,9 @@ from typing import Optional
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import Checkpoint
 
+from lightning_bench.errors import DivergedError
 from lightning_bench.results.io import write_json_atomic
 from lightning_bench.results.meta import run_meta
 
@@ -90,15 +96,46 @@ class ResultsRecorder(L.Callback):
 
     def _reset(self):
         self.epoch_losses, self.val_curve = [], []
-        self._loss_sum, self._loss_n = 0.0, 0
+        self._loss_sum, self._loss_n, self._loss_epoch = 0.0, 0, 0
+        self._last_loss = None  # (step, training CE) of the last finite step: a diverged record's last figure
         self._t0 = None
+        self._time_before = 0.0  # training seconds before the checkpoint this fit resumed from
         self.training_time = None
         self._trained_tokens = 0
         self.pending_fit = None
+        self.resumed_from = None
+
+    # ---- resume: the running figures travel in the checkpoint ---------------------------------
+    def state_dict(self) -> dict:
+        return {"epoch_losses": list(self.epoch_losses), "val_curve": list(self.val_curve),
+                "loss_sum": self._loss_sum, "loss_n": self._loss_n, "loss_epoch": self._loss_epoch,
+                "last_loss": self._last_loss,
+                "trained_tokens": self._trained_tokens, "training_time": self._elapsed()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch_losses, self.val_curve = list(state["epoch_losses"]), list(state["val_curve"])
+        self._loss_sum, self._loss_n, self._last_loss = state["loss_sum"], state["loss_n"], state["last_loss"]
+        self._loss_epoch = state["loss_epoch"]
+        self._trained_tokens, self._time_before = state["trained_tokens"], state["training_time"]
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        if trainer.state.fn == "fit":
+            self.resumed_from = {"checkpoint": str(trainer.ckpt_path), "step": checkpoint.get("global_step")}
+
+    def _elapsed(self) -> float:
+        return self._time_before + (time.perf_counter() - self._t0 if self._t0 else 0.0)
+
+    def setup(self, trainer, pl_module, stage):
+        # Lightning orders checkpoint callbacks last only among those the Trainer was built with; this one
+        # is usually appended later. Before them, a checkpoint taken at a batch's end holds that batch's figures.
+        # (A new list: Lightning is iterating over the current one to call this hook.)
+        checkpoints = [c for c in trainer.callbacks if isinstance(c, Checkpoint)]
+        trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, Checkpoint)] + checkpoints
 
     # ---- fit ------------------------------------------------------------------------------
     def on_fit_start(self, trainer, pl_module):
-        self._reset()
+        if trainer.ckpt_path is None:  # a resumed fit keeps what load_state_dict restored
+            self._reset()
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.reset_peak_memory_stats()
 
@@ -107,9 +144,14 @@ class ResultsRecorder(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         ce = outputs.get("ce") if isinstance(outputs, dict) else None
+        if self._loss_n and trainer.current_epoch != self._loss_epoch:
+            # resumed from a checkpoint taken at an epoch's last batch: Lightning skips that epoch's end
+            self.on_train_epoch_end(trainer, pl_module)
+        self._loss_epoch = trainer.current_epoch
         if ce is not None:
             self._loss_sum += float(ce)
             self._loss_n += 1
+            self._last_loss = (trainer.global_step, float(ce))
         self._trained_tokens += int((batch["labels"] != -100).sum())
 
     def on_train_epoch_end(self, trainer, pl_module):
@@ -129,7 +171,7 @@ class ResultsRecorder(L.Callback):
             self._write_fit(*self.pending_fit)
 
     def on_train_end(self, trainer, pl_module):
-        self.training_time = time.perf_counter() - self._t0 if self._t0 else None
+        self.training_time = self._elapsed() if self._t0 else None
 
     def on_fit_end(self, trainer, pl_module):
         if trainer.interrupted:
@@ -149,11 +191,13 @@ class ResultsRecorder(L.Callback):
         if self.pending_fit is not None:
             trainer.validate(pl_module, datamodule=trainer.datamodule, verbose=False)
 
-    def _write_fit(self, trainer, pl_module):
+    def _write_fit(self, trainer, pl_module, divergence: Optional[dict] = None):
         self.pending_fit = None
-        last = self.val_curve[-1] if self.val_curve else {}
+        last = self.val_curve[-1] if self.val_curve and divergence is None else {}
         ppls = [v["ppl"] for v in self.val_curve]
         record = {
+            "status": "diverged" if divergence else "completed",
+            "divergence": divergence,
             "final_loss": last.get("loss"),
             "final_perplexity": last.get("ppl"),
             "best_perplexity": min(ppls) if ppls else None,
@@ -164,7 +208,27 @@ class ResultsRecorder(L.Callback):
             "global_steps": trainer.global_step,
             "trained_tokens": self._trained_tokens,
         }
-        self._write(trainer, pl_module, "fit", record, split="validation" if self.val_curve else None)
+        self._write(trainer, pl_module, "fit", record, split="validation" if self.val_curve else None,
+                    extra_meta={"resumed_from": self.resumed_from})
+
+    # ---- divergence -----------------------------------------------------------------------
+    def on_exception(self, trainer, pl_module, exception):
+        """A DivergedError still gets a record (status "diverged"); any other exception gets none."""
+        if not isinstance(exception, DivergedError):
+            return
+        divergence = {"quantity": exception.quantity, "value": str(exception.value), "step": exception.step}
+        if trainer.state.fn == "fit" or self.pending_fit is not None:  # pending: the fit's final validation
+            if self._loss_n:  # the finite steps of the epoch it stopped in
+                self.on_train_epoch_end(trainer, pl_module)
+            if self.training_time is None and self._t0:  # stopped inside training (on_train_end never ran)
+                self.training_time = self._elapsed()
+            step, loss = self._last_loss or (None, None)
+            divergence.update(last_finite_step=step, last_finite_train_loss=loss)
+            self._write_fit(trainer, pl_module, divergence)
+        elif trainer.state.fn in ("validate", "test"):
+            stage = "validate" if trainer.state.fn == "validate" else "test"
+            self._write(trainer, pl_module, stage, {"status": "diverged", "divergence": divergence, "metrics": None},
+                        split="validation" if stage == "validate" else "test")
 
     # ---- validate / test ------------------------------------------------------------------
     def on_validation_start(self, trainer, pl_module):
@@ -181,12 +245,12 @@ class ResultsRecorder(L.Callback):
         if not metrics or trainer.interrupted:
             return
         seconds = time.perf_counter() - self._eval_t0
-        record = {"metrics": metrics, "eval_time": seconds,
+        record = {"status": "completed", "metrics": metrics, "eval_time": seconds,
                   "scored_tokens_per_sec": metrics["scored_tokens"] / seconds if seconds > 0 else None}
         self._write(trainer, pl_module, stage, record, split="validation" if key == "val" else "test")
 
     # ---- the record -----------------------------------------------------------------------
-    def _write(self, trainer, pl_module, stage, body, split):
+    def _write(self, trainer, pl_module, stage, body, split, extra_meta: Optional[dict] = None):
         dm = trainer.datamodule
         dataset = getattr(dm, "dataset_name", "unknown")
         seq_len = getattr(dm, "seq_len", None)
@@ -203,7 +267,8 @@ class ResultsRecorder(L.Callback):
             "baselines": baselines,
             "config": self.config,
             "meta": run_meta(seed=self.seed, datamodule=dm, precision_note=self.precision_note,
-                             protocol=dm.protocol(split) if split and hasattr(dm, "protocol") else None),
+                             protocol=dm.protocol(split) if split and hasattr(dm, "protocol") else None,
+                             extra=extra_meta),
         }
         # anything else a callback contributes follows (e.g. `sparsity`)
         record.update({k: v for k, v in contributed.items() if k not in record and k not in SIZE_FIELDS and v})
