@@ -25,7 +25,7 @@ from typing import Optional, Union
 import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser
 
-from lightning_bench.errors import PROG, ConfigError
+from lightning_bench.errors import PROG, ConfigError, parser_error_line
 
 PARSER_MODE = "omegaconf"  # `${oc.env:VAR,default}` in presets; otherwise plain YAML
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -34,10 +34,11 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 class _OneLineParser(ArgumentParser):
     """jsonargparse reports a usage block and an indented explanation; the user gets one line."""
 
+    argv: list[str] = []
+
     def error(self, message: str, ex: Optional[Exception] = None):
-        lines = [line.strip() for line in str(message).splitlines() if line.strip()]
-        text = " ".join(lines[:3])[:400] if lines else "invalid arguments (see --help)"
-        if "not accepted" in text or "unrecognized arguments" in text:  # say what is
+        text = parser_error_line(message, self.argv)  # the flag, the value given, what is allowed
+        if "not an option here" in text or "unrecognized arguments" in text:  # say what is
             options = sorted(a.option_strings[0] for a in self._actions if a.option_strings and
                              "." not in a.option_strings[0] and a.option_strings[0] not in ("-h", "--help"))
             text += f"; valid: {', '.join(options)}"
@@ -60,6 +61,7 @@ def parse_command(command: str, config_class: type, argv: list[str], description
     """Parse `argv` (config files, then overrides, as jsonargparse orders them) into `config_class`."""
     parser = _OneLineParser(prog=f"{PROG} {command}", description=description, parser_mode=PARSER_MODE,
                             exit_on_error=False)
+    parser.argv = list(argv)  # error messages name the flags as typed
     parser.add_argument("--config", action=ActionConfigFile, help="a YAML preset of this command's options")
     parser.add_class_arguments(config_class, nested_key=None, fail_untyped=True, sub_configs=True)
     try:
