@@ -70,7 +70,8 @@ def test_files_statistics_tests_and_dense_parity(tiny_model, tiny_corpus, capsys
         assert record["meta"]["data"]["sha256"] == sha and record["meta"]["git"] and record["meta"]["versions"]
         assert record["meta"]["command"].startswith("lightning_bench generation --model.pretrained")
 
-    # cells: N samples of N non-overlapping windows each, the same windows for every method of a seed
+    # cells: N samples of N non-overlapping windows each, the same windows for every method of a seed,
+    # no window under two seeds (each sample is one observation)
     starts = {}
     for name, cell in cells.items():
         assert name == f"{cell['method']}_s{cell['sparsity']}_ctx16_seed{cell['seed']}.json"
@@ -82,7 +83,8 @@ def test_files_statistics_tests_and_dense_parity(tiny_model, tiny_corpus, capsys
         s = [sample["start"] for sample in cell["samples"]]
         assert all(b - a >= 20 and a % 20 == 0 for a, b in zip(s, s[1:]))  # windows of 16 + 4 tokens
         starts.setdefault(cell["seed"], set()).add(tuple(s))
-    assert all(len(v) == 1 for v in starts.values()) and starts[1] != starts[2]
+    assert all(len(v) == 1 for v in starts.values())
+    assert not set(*starts[1]) & set(*starts[2])
     for name, cell in cells.items():
         fraction = statistics.fmean(s["kv_fraction"] for s in cell["samples"])
         assert fraction == 1.0 if cell["method"] == "dense" else fraction < 1.0 - cell["sparsity"] / 2
@@ -106,7 +108,9 @@ def test_files_statistics_tests_and_dense_parity(tiny_model, tiny_corpus, capsys
     # significance_tests.json = the paired t statistic by hand, its p-value from the t distribution
     from scipy.stats import t as student_t
 
-    tests = read(folder / "significance_tests.json")["tests"]
+    significance = read(folder / "significance_tests.json")
+    assert "paired by window" in significance["test"] and "drawn once across all seeds" in significance["unit"]
+    tests = significance["tests"]
     pairs = {(t["sparsity"], t["a"], t["a_sparsity"], t["b"], t["b_sparsity"]) for t in tests}
     assert pairs == {(s, a, sa, b, sb) for s in (0.5, 0.75)
                      for (a, sa), (b, sb) in [(("cab", s), ("h2o", s)), (("cab", s), ("dense", 0.0)),
@@ -117,7 +121,8 @@ def test_files_statistics_tests_and_dense_parity(tiny_model, tiny_corpus, capsys
                     if (c["method"], c["sparsity"]) == (method, sparsity) for s in c["samples"]}
 
         a, b = per_sample(test["a"], test["a_sparsity"]), per_sample(test["b"], test["b_sparsity"])
-        assert set(a) == set(b) and len(a) == test["n"] == 6
+        assert set(a) == set(b) and len(a) == len({start for _, start in a}) == test["n"] == 6
+        assert test["unit"] == "window (distinct across seeds; 6 windows)"
         diff = [a[k] - b[k] for k in sorted(a)]
         t = statistics.mean(diff) / (statistics.stdev(diff) / math.sqrt(len(diff)))
         assert test["t"] == pytest.approx(t, rel=1e-9)
@@ -175,6 +180,19 @@ def test_resume_skips_finished_cells_and_refuses_another_protocol(tiny_model, ti
     tests = read(folder / "significance_tests.json")["tests"]
     assert [(t["a"], t["b"], t["n"]) for t in tests] == [("h2o", "dense", 4)]
 
+    # seeds in another order draw other windows for seed 2: its cell is refused, not mixed in
+    code, _, err = run(command(tiny_model, tiny_corpus, **{**small, "seeds": ("2", "1")}), capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "holds other windows than --seeds 2 1" in err
+
+    # a folder whose cells share a window between seeds (the earlier per-seed drawing) is refused
+    # rather than counted as two observations
+    cell = read(folder / "h2o_s0.75_ctx16_seed2.json")
+    cell["seed"], cell["samples"][0]["start"] = 3, first["h2o_s0.75_ctx16_seed1.json"]["samples"][0]["start"]
+    (folder / "h2o_s0.75_ctx16_seed3.json").write_text(json.dumps(cell))
+    code, _, err = run(command(tiny_model, tiny_corpus, **small), capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "is a sample of seeds 1 and 3" in err
+    (folder / "h2o_s0.75_ctx16_seed3.json").unlink()
+
     # the same folder under another protocol would mix incomparable cells: refused, nothing written
     before = _mtimes(folder)
     code, _, err = run(command(tiny_model, tiny_corpus, **{**small, "continuation": "5"}), capsys)
@@ -191,7 +209,10 @@ BAD = {
     "longer than the data": (dict(ctx=("300",)), "longer than the data (tiny's test split: 250 tokens)"),
     "longer than the model": (dict(ctx=("510",)), "longer than the model's max context (512)"),
     "too few windows": (dict(ctx=("100",)), "2 non-overlapping windows of context + continuation = 104 tokens, "
-                                            "fewer than --num_samples 3"),
+                                            "fewer than --num_samples 3 x 2 seeds = 6"),
+    # 12 windows of 20 tokens: 2 x 6 fit, 2 x 7 would need a window twice
+    "windows drawn twice": (dict(samples="7"), "12 non-overlapping windows of context + continuation = 20 tokens, "
+                                               "fewer than --num_samples 7 x 2 seeds = 14"),
     "bad method parameter": (dict(extra=("--method-param", "h2o.recent_ratio=2")), "recent_ratio must be in [0"),
 }
 
@@ -206,6 +227,18 @@ def test_bad_inputs_are_one_line_exit_2(case, tiny_model, tiny_corpus, capsys, t
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert err.startswith("lightning_bench: error: ") and expected in err, err
     assert not (tmp_path / "r").exists()
+
+
+def test_windows_are_drawn_once_across_seeds():
+    """The issue's case: drawn per seed, 150 draws held 119 distinct windows."""
+    from lightning_bench.experiments.generation.data import sample_starts
+
+    drawn = sample_starts(280000, 1088, 50, [0, 1, 2])
+    every = [start for starts in drawn.values() for start in starts]
+    assert len(every) == len(set(every)) == 150 and all(start % 1088 == 0 for start in every)
+    assert all(starts == sorted(starts) and len(starts) == 50 for starts in drawn.values())
+    # appending a seed keeps the earlier seeds' windows (an experiment can be extended)
+    assert sample_starts(280000, 1088, 50, [0, 1, 2, 3])[2] == drawn[2]
 
 
 def test_missing_model_and_data_are_one_line(tiny_model, tiny_corpus, capsys, tmp_path):

@@ -89,6 +89,26 @@ def test_exported_layers_compute_with_the_fake_quant_weights(bits):
     else:  # eval-mode int8 also quantizes the input row-wise (W8A8); train mode dequantizes the weight only
         assert (real - fake).abs().max() < 0.02 * fake.abs().max()
         torch.testing.assert_close(net.train()(x), fake, rtol=1e-5, atol=1e-6)
+    assert ("W8A8" in report.scheme) == (bits == 8) and "activations" in report.scheme
+
+
+def test_linear8bitlt_at_inference_quantizes_each_input_row_to_int8():
+    """What the 8-bit record says: Linear8bitLt (threshold 0) computes W8A8 in eval mode, the input cast to
+    fp16 and each row (token) rounded to int8 on its own absmax; weight-only int8 is measurably off."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(128, 64))
+    codes, absmax = int8_quantize(net[0].weight.detach())
+    weight = codes.float() * absmax[:, None] / 127
+    export_lowbit(net, 8)
+    x = torch.randn(6, 128) * 3
+    x[0, 5] = 40.0  # one large value coarsens its whole row's grid
+    with torch.no_grad():
+        real, bias = net.eval()(x), net[0].bias.float()
+        row_max = x.half().float().abs().amax(1, keepdim=True)
+        w8a8 = torch.round(x.half().float() * 127 / row_max) * row_max / 127 @ weight.T + bias
+        w8 = x @ weight.T + bias
+    torch.testing.assert_close(real, w8a8, rtol=0, atol=5e-4)  # fp16 output rounding
+    assert (real - w8).abs().max() > 20 * (real - w8a8).abs().max()
 
 
 def test_stored_size_ratios():
@@ -187,6 +207,34 @@ def test_qat_steps_then_export(family, bits):
     tolerance = 1e-4 if bits == 4 else 0.02 * fake.abs().max()
     assert (real - fake).abs().max() < tolerance
     assert report.size["ratio"] < (0.3 if bits == 8 else 0.17)
+
+
+@pytest.mark.parametrize("z_imag, bound", [(1.0, 1.0), (0.5, 2.0), (0.05, 10.0)])  # 1/Im z, or the clamp
+def test_bk_features_are_quantized_on_the_bound_that_holds(z_imag, bound):
+    """|G| <= 1/Im z (bk_core), so G's 8-bit grid is +-min(feature_clamp, 1/Im z). On a real forward whose
+    potentials span +-v_max nothing is clipped, the error is at most half a step, and G reaches more than
+    half of the 255 levels (G lies in the disc |G - i/(2 Im z)| <= 1/(2 Im z): at most 192 codes of a
+    symmetric grid). The earlier +-feature_clamp grid gave 19 levels and 10x the error at z = i."""
+    torch.manual_seed(0)
+    model = ResNetBKLM(d_model=16, n_layers=1, num_experts=2, max_seq_len=64, dropout=0.0, vocab_size=50,
+                       z_imag=z_imag)
+    _, g_range = model.quantizable_layers().activations  # v, G
+    assert (g_range.name, g_range.where, g_range.limit) == ("blocks.0.layer.bk_out", "input", bound)
+    layer = model.net.blocks[0].layer
+    with torch.no_grad():
+        layer.v_proj.weight.normal_(0, 1.0)  # potentials over the whole +-v_max, as a trained model's
+    prepare_qat(model.net, 8, layers=model.quantizable_layers())
+    seen = {}
+    layer.bk_out.register_forward_pre_hook(lambda m, args: seen.setdefault("G", args[0]), prepend=True)
+    layer.bk_out.register_forward_pre_hook(lambda m, args: seen.setdefault("q(G)", args[0]))
+    with torch.no_grad():
+        model.net.eval()(torch.randint(0, 50, (8, 64)))
+    g, q = seen["G"], seen["q(G)"]
+    step = bound / 127
+    assert g.abs().max() <= bound * (1 + 1e-6)
+    assert (q - g).abs().max() <= step / 2 * (1 + 1e-5)
+    if bound == 1 / z_imag:  # the clamp does not bind: G fills the grid the disc allows
+        assert len(torch.unique(torch.round(q / step))) > 128
 
 
 # ---- pretrained HF models ---------------------------------------------------------------------------

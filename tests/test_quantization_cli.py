@@ -29,6 +29,9 @@ def test_fit_then_test_low_bit(bits, ratio, tiny_corpus, capsys, tmp_path):
         assert record["model_size_mb"] == pytest.approx(size["total_mb"])
     assert test["parameters"] == fit["parameters"]  # logical counts, not packed storage
     assert test["metrics"]["ppl"] > 1 and "bitsandbytes" in test["meta"]["precision"]
+    # the record says what is quantized at inference: Linear8bitLt rounds the activations too
+    w8a8 = "each input row quantized by its absmax" in test["meta"]["precision"]
+    assert w8a8 == (bits == 8) and ("W8A8" in test["quantization"]["scheme"]) == (bits == 8)
 
 
 def test_optimizer_8bit_flag_trains(tiny_corpus, capsys, tmp_path):

@@ -426,3 +426,34 @@ def test_diagnostics_are_scored_beside_the_superglue_average_not_in_it():
     only = aggregate({"superglue/axg": {"accuracy": 0.5, "gender_parity": 1.0, "acc": 0.5, "acc_norm": 0.5}},
                      {"superglue/axg": 2})["superglue"]
     assert only["axg"] == approx(0.75) and only["average"] is None and only["average_over"] == []
+
+
+# ---------------------------------------------------------------- acc / acc_norm of prompted choices
+
+def test_acc_norm_counts_the_choice_without_its_separator_like_the_harness():
+    """lm-evaluation-harness: pred_norm = argmax(lls / completion_len), completion_len = len of each
+    doc_to_choice string; the target_delimiter (" ") is joined on when the request is built, not counted."""
+    from lightning_bench.data.downstream.prompted import Request
+    from lightning_bench.data.tasks.requests import MultipleChoice
+    from lightning_bench.evaluation.task_scoring import choice_prediction, score_prompted
+
+    boolq = MultipleChoice("passage\nQuestion: q?\nAnswer:", (" no", " yes"), 1)
+    # " no" -2.0, " yes" -2.9: acc picks no; per character of "no" / "yes": -2.0/2 = -1.0 < -2.9/3 = -0.967,
+    # so acc_norm picks yes (counting the space, -2.0/3 = -0.667 > -2.9/4 = -0.725 would pick no)
+    pred = choice_prediction(boolq, {"loglik": {0: -2.0, 1: -2.9}})
+    assert (pred["prediction"], pred["prediction_norm"]) == (0, 1)
+
+    # ReCoRD's bullets are joined with nothing (the harness's target_delimiter ""): every character counts.
+    # "  - ab" (6) -3.0 and "  - abcdef" (10) -5.1: -0.5 > -0.51 picks 0 (dropping a space: -0.6 < -0.567, 1)
+    record = MultipleChoice("passage\n\n", ("  - ab", "  - abcdef"), (0,))
+    assert choice_prediction(record, {"loglik": {0: -3.0, 1: -5.1}}, separator="")["prediction_norm"] == 0
+
+    # through the scorer: BoolQ's acc and acc_norm over two examples, the second right under both
+    second = MultipleChoice("passage\nQuestion: q?\nAnswer:", (" no", " yes"), 0)
+    requests = [Request("superglue/boolq", {"id": i, "label": r.gold}, r) for i, r in enumerate((boolq, second))]
+    outputs = [{"kind": "loglikelihood", "request_id": [0, 0, 1, 1], "choice_index": [0, 1, 0, 1],
+                "loglik": [-2.0, -2.9, -0.5, -3.0], "greedy": [False] * 4}]
+    results, samples = score_prompted(requests, outputs)
+    metrics = results["superglue"]["tasks"]["boolq"]["metrics"]
+    assert (metrics["acc"], metrics["acc_norm"]) == (0.5, 1.0)
+    assert [s["prediction_norm"] for s in samples] == [1, 0]

@@ -19,7 +19,8 @@ from lightning_bench.evaluation.task_scoring import score_finetuned, score_promp
 # how a prompted score was obtained, written beside it (records' protocol.scoring)
 SCORING_RULES = {
     "multiple_choice": "prediction = argmax of the summed log-likelihood of each choice (acc); acc_norm divides "
-                       "by the choice's length in characters (lm-evaluation-harness)",
+                       "by the choice's length in characters without the separator before it "
+                       "(lm-evaluation-harness)",
     "stsb": "probability-weighted score over the choices ' 0'..' 5'",
     "generation": "greedy (a clean generation config), cut at the stop string or EOS; SQuAD v2: the no-answer "
                   "string -> '', no-answer probability = P(no-answer string | prompt)",

@@ -2,7 +2,8 @@
 
 Prompted multiple choice: the prediction is the choice with the highest summed log-likelihood
 (`acc`, what the task metrics use) and, reported beside it, the highest log-likelihood per character
-of the continuation (lm-evaluation-harness's `acc_norm`). STS-B's prediction is the probability-weighted
+of the choice text (lm-evaluation-harness's `acc_norm`: `completion_len` counts the choice without the
+separator that joins it to the context). STS-B's prediction is the probability-weighted
 score over the choices " 0".." 5" (the choices' probabilities renormalised among themselves).
 SQuAD: the generated text cut at the stop string; under v2 the no-answer string maps to "" and the
 no-answer probability is that of the whole no-answer string after the prompt (best-threshold metrics).
@@ -42,12 +43,20 @@ def _argmax(values):
     return max(range(len(values)), key=values.__getitem__)
 
 
-def choice_prediction(request, scored: dict) -> dict:
+# What joins a choice to its context: the leading space of every template's choices (data/tasks/
+# definitions/common.py), which acc_norm does not count; ReCoRD's choices are bullets ("  - ...") joined
+# with nothing, as in the harness's record task (target_delimiter "").
+SEPARATOR = " "
+SEPARATORS = {"superglue/record": ""}
+
+
+def choice_prediction(request, scored: dict, separator: str = SEPARATOR) -> dict:
     n = len(request.choices)
     if len(scored["loglik"]) != n:
         raise RuntimeError(f"request scored {len(scored['loglik'])} of its {n} choices")
     ll = [scored["loglik"][i] for i in range(n)]
-    per_char = [v / max(1, len(c)) for v, c in zip(ll, request.choices)]
+    lengths = [len(c[len(separator):] if c.startswith(separator) else c) for c in request.choices]
+    per_char = [v / max(1, length) for v, length in zip(ll, lengths)]
     out = {"loglik": ll, "prediction": _argmax(ll), "prediction_norm": _argmax(per_char)}
     if request.choice_values is not None:
         top = max(ll)
@@ -81,7 +90,8 @@ def score_prompted(requests, outputs: list[dict]) -> tuple[dict, list[dict]]:
         if rid not in scored:
             raise RuntimeError(f"request {rid} ({req.task}) was never scored")
         r = req.request
-        pred = (generation_prediction(r, scored[rid]) if hasattr(r, "answers") else choice_prediction(r, scored[rid]))
+        pred = (generation_prediction(r, scored[rid]) if hasattr(r, "answers")
+                else choice_prediction(r, scored[rid], SEPARATORS.get(req.task, SEPARATOR)))
         per_task[req.task].append((req, pred))
         samples.append({"task": req.task, "id": req.row["id"], "truncated_tokens": req.truncated, **pred,
                         **({"gold": r.gold} if hasattr(r, "gold") else {"answers": list(r.answers)})})

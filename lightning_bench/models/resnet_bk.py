@@ -31,7 +31,8 @@ class ResNetBKLM(LanguageModule):
         top_k: experts each token is routed to.
         dropout: dropout inside the experts.
         v_max: the per-token potential is clamped to +-v_max.
-        feature_clamp: the resolvent features [Re G, Im G] are clamped to +-feature_clamp.
+        feature_clamp: the resolvent features [Re G, Im G] are clamped to +-feature_clamp (a no-op
+            when 1/Im z is smaller: |G| <= 1/Im z; 8-bit QAT quantizes G on +-min of the two).
         bk_scale: weight of the BK branch next to the MoE branch.
         z_imag: Im z of the spectral shift z (must be > 0; |G| <= 1/Im z).
         position_embedding: "learned" (token + learned positions, the reference) or "none"
@@ -96,12 +97,13 @@ class ResNetBKLM(LanguageModule):
         return [AnalyticFlops(layer, "bk_scan", _scan_flops) for _, layer in self._bk_layers()]
 
     def quantizable_layers(self) -> QuantizableLayers:
-        # as the reference: the two bounded activations of every layer, the potential v (v_proj's output,
-        # +-v_max) and the resolvent features G (bk_out's input, +-feature_clamp)
+        # the two bounded activations of every layer, on the range each provably stays in: the potential v
+        # (v_proj's output, clamped to +-v_max) and the resolvent features G (bk_out's input,
+        # +-min(feature_clamp, 1/Im z); the reference used +-feature_clamp, a tenth of the grid at z = i)
         ranges = []
         for name, layer in self._bk_layers():
             ranges += [ActivationRange(f"{name}.v_proj", "output", float(layer.v_max)),
-                       ActivationRange(f"{name}.bk_out", "input", float(layer.feature_clamp))]
+                       ActivationRange(f"{name}.bk_out", "input", float(layer.feature_bound))]
         return QuantizableLayers(activations=ranges)
 
 

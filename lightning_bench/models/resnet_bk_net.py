@@ -178,6 +178,13 @@ class BKLayer(nn.Module):
         """Per-token scalar potential v, clamped to +-v_max: (B, N)."""
         return self.v_proj(x).squeeze(-1).clamp(-self.v_max, self.v_max)
 
+    @property
+    def feature_bound(self) -> float:
+        """The bound that holds on every feature [Re G, Im G]: |G| <= 1/Im z for every impl (bk_core:
+        Im(-1/G) >= Im z), and the clamp at feature_clamp. 1 at the default z = i, where the clamp
+        (10) is no bound at all: an 8-bit grid on +-feature_clamp would leave G ~25 of its 255 levels."""
+        return min(self.feature_clamp, 1.0 / self.z.imag)
+
     def scan_forward_flops(self, x: torch.Tensor) -> int:
         """FLOPs of the resolvent-diagonal scan on input x (..., N, d): elementwise complex arithmetic
         that the FLOP counter cannot see (formula: profiling/flops.py)."""

@@ -17,7 +17,8 @@ class QuantizationCallback(L.Callback):
     """Quantization-aware training during fit; real low-bit modules for validate/test (see module doc).
 
     Args:
-        bits: 8 (int8 per-channel / Linear8bitLt) or 4 (NF4 block 64 / Linear4bit).
+        bits: 8 (int8 per-channel weights / Linear8bitLt, which at inference also quantizes each
+            input row to int8: W8A8) or 4 (NF4 block 64 / Linear4bit, weight-only).
         skip_modules: Linear layers left in fp32, matched on whole dotted name segments
             (default: the output head "lm_head"; embeddings are never quantized).
         incompatible: 4-bit layers whose in_features is not a multiple of 64: "error" (ConfigError)

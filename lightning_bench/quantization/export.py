@@ -68,6 +68,7 @@ class ExportReport:
         "fp32_then_export" (an fp32 load followed by export_lowbit; `fallback_reason` says why).
     max_dequant_error: max |stored weight dequantized - fake-quant(latent weight)| over the exported
         layers (0.0 = the modules hold exactly what QAT trained; None when not checked).
+    scheme: what the low-bit modules compute with, weights AND activations (`lowbit_scheme`).
     """
 
     bits: int
@@ -78,12 +79,26 @@ class ExportReport:
     max_dequant_error: Optional[float] = None
     fallback_reason: Optional[str] = None
     size: dict = field(default_factory=dict)
+    scheme: str = ""
 
     def as_dict(self) -> dict:
-        return {"bits": self.bits, "path": self.path, "quantized_layers": len(self.quantized),
+        return {"bits": self.bits, "path": self.path, "scheme": self.scheme, "quantized_layers": len(self.quantized),
                 "kept_fp32": dict(self.kept_fp32), "act_bits": self.act_bits,
                 "max_dequant_error": self.max_dequant_error, "fallback_reason": self.fallback_reason,
                 "size": dict(self.size)}
+
+
+def lowbit_scheme(bits: int, int8_threshold: float = 0.0, cpu_bf16_kernel: bool = False) -> str:
+    """One line for the record: what the bitsandbytes modules quantize at inference. Linear8bitLt is not
+    weight-only: in eval mode it quantizes every input row to int8 as well (LLM.int8())."""
+    if bits == 8:
+        outliers = (f"input columns holding a value above {int8_threshold:g} stay fp16 (outlier decomposition)"
+                    if int8_threshold > 0 else "threshold 0: no fp16 outlier columns")
+        return ("bitsandbytes Linear8bitLt: int8 weights, one absmax scale per output row; at inference the "
+                "activations are quantized too, each input row (token) to int8 by its own absmax on every "
+                f"call (LLM.int8() vector-wise quantization: W8A8, int32 accumulation); {outliers}")
+    return ("bitsandbytes Linear4bit nf4: 4-bit NormalFloat weights, one absmax per 64; dequantized for the "
+            f"matmul, activations not quantized ({'bf16' if cpu_bf16_kernel else 'fp32'} arithmetic on CPU)")
 
 
 # ---- one module ------------------------------------------------------------------------------------
@@ -180,7 +195,8 @@ def export_lowbit(net: nn.Module, bits: int, *, skip_modules: Sequence[str] = DE
     ranges = layers.activations if layers is not None else []
     hooked = attach_activation_quant(net, ranges, act_bits) if act_bits is not None else 0
     return ExportReport(bits, "export", list(plan.quantized), dict(plan.kept_fp32), act_bits if hooked else None,
-                        max_err, size=size_breakdown(net))
+                        max_err, size=size_breakdown(net),
+                        scheme=lowbit_scheme(bits, int8_threshold, cpu_bf16_kernel))
 
 
 def exported_size(net: nn.Module, bits: int, **export_kwargs) -> dict:
@@ -269,7 +285,8 @@ def load_pretrained_lowbit(pretrained: str, bits: int, *, method: str = "auto",
                 _finish_lowbit(net, cpu_bf16_kernel)
                 lowbit = [name for name, m in net.named_modules() if is_lowbit(m)]
                 return net, ExportReport(bits, "bitsandbytes_config", lowbit, dict(plan.kept_fp32),
-                                         size=size_breakdown(net))
+                                         size=size_breakdown(net),
+                                         scheme=lowbit_scheme(bits, int8_threshold, cpu_bf16_kernel))
             del net
         except ConfigError:
             raise

@@ -25,7 +25,8 @@ What is specific to a model family comes from the model, as `QuantizableLayers`
 (`LanguageModule.quantizable_layers()`): Linear layers that must stay fp32 (e.g. Mamba's dt_proj,
 whose weight the selective scan reads directly) and bounded activations to fake-quantize (symmetric
 per tensor, fixed range, STE; e.g. ResNet-BK's potential v, output of every `v_proj`, range +-v_max,
-and resolvent features G, input of every `bk_out`, range +-feature_clamp, as the reference did).
+and resolvent features G, input of every `bk_out`, range +-min(feature_clamp, 1/Im z), the bound
+that holds: the reference's +-feature_clamp left G a tenth of the grid).
 Activation hooks stay on the exported model too: they are part of the quantized model's definition,
 not of its storage.
 

@@ -22,7 +22,10 @@ def precision_for_bits(bits: int, accelerator: str = "auto") -> tuple[str, str]:
         return "32-true", "fp32 weights and activations"
     if bits in (8, 4):
         kind = "int8 per-output-channel" if bits == 8 else "NF4, absmax per 64 weights"
-        module = "Linear8bitLt" if bits == 8 else "Linear4bit (nf4)"
+        # Linear8bitLt is W8A8 at inference (LLM.int8()), while QAT trained weights only: say so
+        module = ("Linear8bitLt (int8 per-output-channel weights, and int8 activations: each input row "
+                  "quantized by its absmax at inference, LLM.int8() vector-wise)" if bits == 8
+                  else "Linear4bit (nf4 weights; activations not quantized)")
         return "32-true", (f"{bits}-bit: fit = quantization-aware training of Linear weights ({kind} fake-quant, "
                            f"straight-through; fp32 latent weights); validate/test = bitsandbytes {module}")
     on_cuda = accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()

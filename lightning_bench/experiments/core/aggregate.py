@@ -30,7 +30,7 @@ def describe(values: Iterable[Optional[float]]) -> dict:
 def paired_ttest(a: dict, b: dict) -> dict:
     """Two-sided paired t-test (`scipy.stats.ttest_rel`) of two arms measured on the same units.
 
-    `a` and `b` map a pairing key (e.g. (seed, window start)) to a value; only keys in both count.
+    `a` and `b` map a pairing key (e.g. a window start) to a value; only keys in both count.
     `mean_difference` = mean(a - b). t and p are null with fewer than two pairs, or (written as null
     by the JSON writer) NaN when the arms are identical."""
     keys = sorted(set(a) & set(b))

@@ -33,7 +33,7 @@ from lightning_bench.experiments.generation.data import load_test_text, sample_s
 from lightning_bench.experiments.generation.measure import run_sample
 from lightning_bench.profiling.memory import CallPeakMemory
 from lightning_bench.experiments.generation.report import METRICS, aggregate, print_table, significance
-from lightning_bench.results.io import write_json_atomic
+from lightning_bench.results.io import read_json, write_json_atomic
 from lightning_bench.results.meta import run_meta
 
 COMMAND = "generation"
@@ -85,8 +85,9 @@ def main(argv: list[str]) -> int:
     if longest > len(stream):
         raise ConfigError(f"context + continuation = {longest} tokens is longer than the data ({text.name}'s "
                           f"test split: {len(stream)} tokens); lower --context_length or --continuation_length")
-    starts = {(ctx, seed): sample_starts(len(stream), ctx + cfg.continuation_length, cfg.num_samples, seed)
-              for ctx in cfg.context_length for seed in cfg.seeds}
+    starts = {(ctx, seed): drawn for ctx in cfg.context_length
+              for seed, drawn in sample_starts(len(stream), ctx + cfg.continuation_length, cfg.num_samples,
+                                               cfg.seeds).items()}
 
     name = check_name("--experiment_name", cfg.experiment_name or f"{module.model_name}_{text.name}")
     cells = CellFolder(Path(cfg.results_dir) / name, CELL_FILE, "use another --experiment_name")
@@ -102,6 +103,12 @@ def main(argv: list[str]) -> int:
 
     grid = cfg.cells()
     cells.refuse_other_protocols(grid, lambda cell: _protocol(config, data, cell.method), PROTOCOL_FIELDS)
+    for cell in grid:  # a cell drawn under other --seeds (or the earlier per-seed rule) holds other windows
+        if cells.done(cell) and [x["start"] for x in read_json(cells.path(cell))["samples"]] != starts[
+                (cell.context_length, cell.seed)]:
+            raise ConfigError(f"{cells.path(cell)} holds other windows than --seeds {' '.join(map(str, cfg.seeds))} "
+                              "draw (seeds take consecutive blocks of one permutation: append new seeds at the "
+                              "end); use another --experiment_name")
     todo = [cell for cell in grid if not cells.done(cell)]
     net, warmed = None, set()
     for i, cell in enumerate(grid, 1):
@@ -145,10 +152,12 @@ def main(argv: list[str]) -> int:
     meta = run_meta(seed=cfg.seeds, extra={"command": command, "data": data})
     aggregated = aggregate(records)
     write_json_atomic(cells.folder / "aggregated_results.json",
-                      {"results": aggregated, "statistics": "mean, std, min, max over every sample of every seed",
+                      {"results": aggregated,
+                       "statistics": "mean, std, min, max over every sample (a distinct window) of every seed",
                        "std_kind": STD_KIND, "memory_kind": memory.kind, "config": config, "meta": meta})
     write_json_atomic(cells.folder / "significance_tests.json",
-                      {"test": "scipy.stats.ttest_rel, two-sided, paired by (seed, window start)",
+                      {"test": "scipy.stats.ttest_rel, two-sided, paired by window (its start offset)",
+                       "unit": "window of C + N tokens, drawn once across all seeds (n = windows per test)",
                        "metric": "per-sample mean NLL of the continuation (nats/token)",
                        "mean_difference": "mean(a - b): negative = a is better", "correction": None,
                        "tests": significance(records), "config": config, "meta": meta})

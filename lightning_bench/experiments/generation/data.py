@@ -2,8 +2,8 @@
 
 The test split is read through `LMDataModule` (the same sources, document handling and tokenized
 cache as every evaluation) with the model's own tokenizer, as one token stream without special
-tokens. Which windows of that stream are the samples is decided by `sample_starts` alone, so a new
-drawing rule (issue 12) changes this function and nothing else.
+tokens. Which windows of that stream are the samples is decided by `sample_starts` alone (each window
+at most once across all seeds, so every sample is its own observation in the statistics).
 """
 
 from __future__ import annotations
@@ -63,14 +63,19 @@ def load_test_text(spec: str, tokenizer) -> TestText:
         "stream_sha256": hashlib.sha256(stream.numpy().tobytes()).hexdigest()})
 
 
-def sample_starts(n_tokens: int, window: int, num_samples: int, seed: int) -> list[int]:
-    """Start offsets of `num_samples` distinct non-overlapping windows of `window` tokens: the stream is
-    cut into windows k * window, and `torch.randperm` seeded with `seed` picks them (sorted). They
-    depend on (seed, window) only, so every method and sparsity of a (seed, C) sees the same samples."""
-    n_windows = n_tokens // window
-    if n_windows < num_samples:
+def sample_starts(n_tokens: int, window: int, num_samples: int, seeds: list[int]) -> dict[int, list[int]]:
+    """{seed: sorted start offsets of its `num_samples` windows}: the stream is cut into non-overlapping
+    windows k * window, ONE `torch.randperm` of them seeded with the first seed orders them, and the
+    i-th seed of `seeds` takes the i-th block of `num_samples`. No window is drawn twice across seeds,
+    so every sample of an experiment is its own observation (pooled std, paired t-tests); the first
+    seed's windows are those a per-seed draw gave, and appending seeds leaves earlier ones unchanged.
+    They depend on (seeds, window) only: every method and sparsity of a (seed, C) sees the same samples."""
+    n_windows, needed = n_tokens // window, num_samples * len(seeds)
+    if n_windows < needed:
         raise ConfigError(f"the test split has {n_tokens} tokens: {n_windows} non-overlapping windows of "
-                          f"context + continuation = {window} tokens, fewer than --num_samples {num_samples}; "
-                          "lower --num_samples, --context_length or --continuation_length")
-    drawn = torch.randperm(n_windows, generator=torch.Generator().manual_seed(seed))[:num_samples]
-    return sorted(int(k) * window for k in drawn)
+                          f"context + continuation = {window} tokens, fewer than --num_samples {num_samples} x "
+                          f"{len(seeds)} seeds = {needed} (no window is drawn twice); lower --num_samples, the "
+                          "number of seeds, --context_length or --continuation_length")
+    order = torch.randperm(n_windows, generator=torch.Generator().manual_seed(seeds[0]))
+    return {seed: sorted(int(k) * window for k in order[i * num_samples:(i + 1) * num_samples])
+            for i, seed in enumerate(seeds)}

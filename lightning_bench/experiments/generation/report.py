@@ -1,12 +1,15 @@
 """The generation benchmark's summaries, recomputed from every cell file of the experiment folder:
 aggregated_results.json (statistics per (method, sparsity, C) over every sample of every seed) and
-significance_tests.json (paired t-tests on the per-sample NLL), and the table the command prints."""
+significance_tests.json (paired t-tests on the per-sample NLL), and the table the command prints.
+The unit of observation is the window: each is drawn once across seeds (data.sample_starts), and a
+folder whose cells share a window between seeds is refused rather than counted twice."""
 
 from __future__ import annotations
 
 import itertools
 import math
 
+from lightning_bench.errors import ConfigError
 from lightning_bench.experiments.core.aggregate import describe, paired_ttest
 from lightning_bench.experiments.generation.config import Cell
 
@@ -26,10 +29,25 @@ def _group_order(item) -> tuple:
     return cell["context_length"], cell["method"] != "dense", cell["sparsity"], cell["method"]
 
 
-def aggregate(records: list[dict]) -> dict:
+def _groups(records: list[dict]) -> dict[str, list[dict]]:
+    """{method_s{sparsity}_ctx{C}: its cells over seeds}, refusing a window seen under two seeds: a
+    duplicate would count as two independent samples (pooled std, t-test n)."""
     groups: dict[str, list[dict]] = {}
     for record in records:
         groups.setdefault(cell_of(record).group, []).append(record)
+    for group, members in groups.items():
+        seen: dict[int, int] = {}
+        for record in members:
+            for sample in record["samples"]:
+                if seen.setdefault(sample["start"], record["seed"]) != record["seed"]:
+                    raise ConfigError(f"{group}: the window at token {sample['start']} is a sample of seeds "
+                                      f"{seen[sample['start']]} and {record['seed']} (cells drawn per seed, before "
+                                      "windows were drawn once across seeds); use another --experiment_name")
+    return groups
+
+
+def aggregate(records: list[dict]) -> dict:
+    groups = _groups(records)
     out = {}
     for group, members in sorted(groups.items(), key=_group_order):
         first = members[0]
@@ -45,13 +63,14 @@ def aggregate(records: list[dict]) -> dict:
 
 
 def _per_sample_nll(records: list[dict], method: str, sparsity: float) -> dict:
-    """{(seed, window start): per-sample NLL} of one arm: the pairing of the t-tests."""
-    return {(r["seed"], s["start"]): s["nll"] for r in records
+    """{window start: per-sample NLL} of one arm: the pairing and unit of the t-tests."""
+    return {s["start"]: s["nll"] for r in records
             if (r["method"], r["sparsity"]) == (method, sparsity) for s in r["samples"]}
 
 
 def significance(records: list[dict]) -> list[dict]:
     """At each (sparsity, C): every two of the methods at that sparsity and dense (at 0.0)."""
+    _groups(records)
     tests = []
     for ctx in sorted({r["context_length"] for r in records}):
         here = [r for r in records if r["context_length"] == ctx]
@@ -62,7 +81,8 @@ def significance(records: list[dict]) -> list[dict]:
             for (a, sa), (b, sb) in itertools.combinations(arms, 2):
                 test = paired_ttest(_per_sample_nll(here, a, sa), _per_sample_nll(here, b, sb))
                 tests.append({"sparsity": s, "context_length": ctx, "a": a, "a_sparsity": sa, "b": b,
-                              "b_sparsity": sb, **test})
+                              "b_sparsity": sb, "unit": f"window (distinct across seeds; {test['n']} windows)",
+                              **test})
     return tests
 
 
