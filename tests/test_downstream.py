@@ -237,6 +237,19 @@ def test_cli_finetune_writes_a_record(family, tmp_path, capsys):
     assert code == 2 and "other test rows" in err
 
 
+def test_diverged_finetuning_leaves_a_diverged_record(tmp_path, capsys):
+    code, _, err = run(["fit", "--model", "transformer", "--task", "glue/sst2", "--data.data_dir", str(TASK_DATA),
+                        "--data.holdout_fraction", "0.3", "--data.val_fraction", "0", "--data.batch_size", "2",
+                        "--model.learning_rate", "1e9", "--model.warmup_steps", "0", "--trainer.max_epochs", "3",
+                        "--trainer.enable_progress_bar", "false", "--trainer.logger", "false"], capsys)
+    assert code == 2 and "diverged" in err.strip().splitlines()[-1] and "Traceback" not in err, err
+    (path,) = (tmp_path / "benchmark_results").glob("*_downstream_diverged.json")
+    record = json.loads(path.read_text())
+    assert record["status"] == "diverged" and record["divergence"]["value"] in ("nan", "inf")
+    assert record["tasks"] == ["glue/sst2"] and record["meta"]["seed"] is not None
+    assert not list((tmp_path / "benchmark_results").glob("*_downstream.json"))  # no score from a diverged run
+
+
 def test_prompted_scoring_composes_with_sparsity(tiny_hf, tmp_path, capsys):
     """Sparsity 0 reproduces dense scores exactly; an evicting run writes its own record with cache figures."""
     base = ["test", "--model", "hf", "--model.pretrained", str(tiny_hf), "--task", "glue/sst2", "--data.data_dir",

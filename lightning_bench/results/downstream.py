@@ -19,6 +19,7 @@ from typing import Optional
 
 import lightning as L
 
+from lightning_bench.errors import DivergedError
 from lightning_bench.evaluation.task_scoring import merge_results
 from lightning_bench.results.io import read_json, write_json_atomic, write_text_atomic
 from lightning_bench.results.meta import run_meta
@@ -76,6 +77,24 @@ class DownstreamRecorder(L.Callback):
 
     def load_state_dict(self, state: dict) -> None:
         self.fit_summary = state.get("fit_summary", {}) or self.fit_summary
+
+    # ---- divergence: a fine-tuning run that stopped on a non-finite loss still leaves a record ------
+    def on_exception(self, trainer, pl_module, exception):
+        if not isinstance(exception, DivergedError) or not trainer.is_global_zero:
+            return
+        if trainer.state.fn == "fit" and getattr(self, "_fit_t0", None) is not None:
+            self._snapshot(trainer)  # the last finite figures (callback_metrics hold only finite logged values)
+        dm = trainer.datamodule
+        stem = record_stem(pl_module, self.bits, sparsity_summary(trainer), getattr(dm, "protocol", "finetune"))
+        record = {"model": pl_module.model_name, "status": "diverged",
+                  "divergence": {"quantity": exception.quantity, "value": str(exception.value),
+                                 "step": exception.step},
+                  "training": self.fit_summary, "tasks": list(getattr(dm, "task_names", [])),
+                  "meta": run_meta(seed=self.seed, datamodule=dm, precision_note=self.precision_note),
+                  "config": self.config}
+        # its own file: the benchmark record merges finished runs' scores, and a diverged run has none
+        self.written = write_json_atomic(self.results_dir / f"{stem}_downstream_diverged.json", record)
+        print(f"lightning_bench: wrote {self.written}")
 
     # ---- test ------------------------------------------------------------------------------------
     def on_test_start(self, trainer, pl_module):
