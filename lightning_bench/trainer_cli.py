@@ -72,6 +72,8 @@ class LightningBenchCLI(LightningCLI):
         parser.add_argument("--sparsity.interval", type=int, default=1, help="compress every N chunks")
         parser.add_argument("--sparsity.params", type=Optional[dict], default=None,
                             help="the method's parameters, e.g. '{recent_ratio: 0.3}' (sparsity/methods.py)")
+        parser.add_argument("--sparsity.rounding", type=Literal["ceil", "floor"], default="ceil",
+                            help="budget = ceil or floor((1 - ratio) * tokens seen); floor is int(), as kvpress")
         parser.add_argument("--sparsity.rerotate", type=bool, default=False,
                             help="re-rotate kept keys to contiguous RoPE positions")
         parser.add_argument("--optimizer_8bit", type=bool, default=False,
@@ -187,7 +189,7 @@ class LightningBenchCLI(LightningCLI):
 
             sp = cfg.sparsity
             trainer.callbacks.append(SparsityCallback(sp.method, sp.ratio, sp.budget_tokens, sp.chunk_size,
-                                                      sp.interval, sp.rerotate, sp.params))
+                                                      sp.interval, sp.rerotate, sp.params, sp.rounding))
         elif cfg.sparsity.params:
             raise ConfigError("--sparsity.params needs a method: --sparsity METHOD")
         if cfg.profile:

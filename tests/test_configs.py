@@ -54,7 +54,7 @@ def test_experiment_preset_loads_under_its_command(path, capsys):
         assert parsed.config.cells()
         code, out, err = run([command, "--config", str(path), "--print_config"], capsys)
         assert code in (0, None), err
-        assert yaml.safe_load(out)["streaming"] == {**{"interval": 1, "rerotate": False}, **written["streaming"]}
+        assert yaml.safe_load(out)["streaming"] == {**{"interval": 1, "rerotate": False, "rounding": "ceil"}, **written["streaming"]}
     else:  # `--config FIT.yaml` names the preset every cell is fit from
         parsed = parse_command(command, MultiDatasetConfig,
                                preset_as_config(["--config", str(path), "--datasets", "ptb", "--seeds", "1"]), "")

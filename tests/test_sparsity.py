@@ -7,9 +7,11 @@ import pytest
 import torch
 
 from lightning_bench.errors import ConfigError
-from lightning_bench.sparsity import (METHODS, AttentionRecorder, LayerView, budget, generate_with_eviction,
+from lightning_bench.sparsity import (METHODS, AttentionRecorder, LayerView, Needs, budget, generate_with_eviction,
                                       make_method, prefill, select_slots)
-from lightning_bench.sparsity.methods import TOVA, CABV4, KNorm, SnapKV, StreamingLLM, key_uniqueness
+from lightning_bench.sparsity import capture
+from lightning_bench.sparsity.decode import extend
+from lightning_bench.sparsity.methods import CABV4, KNorm, SnapKV, StreamingLLM, key_uniqueness
 
 EVICTING = sorted(m for m in METHODS if m != "dense")
 
@@ -50,50 +52,85 @@ def full_forward_nll(net, ids, mask, ref, mask_4d=None):
     return -logp.gather(-1, ref[..., None])[..., 0]
 
 
-def view_of(keys, window_rows=None, keep=None):
+def view_of(keys, window_rows=None, keep=None, group_size=1):
     B, H, S, _ = keys.shape
     valid = torch.ones(B, S, dtype=torch.bool)
     stats = {} if window_rows is None else {"window": window_rows}
     return LayerView(layer_idx=0, keys=keys, values=keys.clone(), positions=torch.arange(S).expand(B, H, S),
-                     valid=valid, keep=torch.full((B,), S if keep is None else keep), stats=stats)
+                     valid=valid, keep=torch.full((B,), S if keep is None else keep), group_size=group_size,
+                     stats=stats)
 
 
-# ---- statistics against eager attention maps -------------------------------------------------
-def test_capture_statistics_match_eager_attention_maps(net):
-    ids, mask, _ = batch(T=12, pad=3)
-    W = 4
-    rec = AttentionRecorder({"cum", "window", "frc"}, window=W)
-    state, logits = prefill(net, ids, mask, rec)
-    assert net.config._attn_implementation == "sdpa"  # restored
+def eager_maps(net, ids, mask):
+    """Per layer, the eager attention probabilities (B, Hq, T, T), padding query rows zeroed."""
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
-        plain = net(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1).logits[:, -1]
         net.set_attn_implementation("eager")
         try:
             maps = net(input_ids=ids, attention_mask=mask, position_ids=pos, output_attentions=True).attentions
         finally:
             net.set_attn_implementation("sdpa")
-    assert torch.equal(logits, plain)  # the capture does not change the model's outputs
+    return [att.float() * mask[:, None, :, None] for att in maps]
+
+
+# ---- statistics against eager attention maps -------------------------------------------------
+@pytest.mark.parametrize("needs", [Needs(window=4), Needs(cumulative=True), Needs(cumulative=True, two_hop=True)],
+                         ids=["window", "cumulative", "two_hop"])
+def test_capture_computes_only_the_declared_statistic_and_it_equals_eager_attention(net, needs, monkeypatch):
+    """Prefill of 10 tokens then 2 more through `extend` (a window rolls over, cum accumulates), in chunks of 5
+    query rows (the cumulative pass runs backwards over several chunks); against ONE eager forward of all 12."""
+    monkeypatch.setattr(capture, "CHUNK_ELEMENTS", 2 * 4 * 12 * 5)  # B * Hq * S * 5 rows
+    ids, mask, _ = batch(T=12, pad=3)
+    rec = AttentionRecorder(needs)
+    state, logits = prefill(net, ids[:, :10], mask[:, :10], rec)
+    assert net.config._attn_implementation == "sdpa"  # restored
+    pos = (mask[:, :10].cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        plain = net(input_ids=ids[:, :10], attention_mask=mask[:, :10], position_ids=pos, logits_to_keep=1).logits
+    assert torch.equal(logits, plain[:, -1])  # the capture does not change the model's outputs
+    two_hop = [rec.stats(i).get("frc") for i in range(2)]  # after the prefill: the 2-hop term of one call
+    extend(net, state, ids[:, 10:], rec)
     B, T = ids.shape
-    for layer, att in enumerate(maps):
-        att = att.float() * mask[:, None, :, None]  # padding queries see nothing
-        grouped = att.view(B, 2, 2, T, T)  # (B, kv heads, group, queries, keys)
+    for layer, att in enumerate(eager_maps(net, ids, mask)):
         stats = rec.stats(layer)
-        # h2o: column sums over the queries and the group's heads
-        torch.testing.assert_close(stats["cum"], grouped.sum(2).sum(2), atol=1e-5, rtol=1e-5)
-        # snapkv / tova: the last W rows, summed over the group
-        torch.testing.assert_close(stats["window"], grouped.sum(2)[:, :, -W:], atol=1e-5, rtol=1e-5)
-        tova = TOVA().priority(LayerView(layer, state.cache.layers[layer].keys, state.cache.layers[layer].values,
-                                         state.positions[layer], state.valid, torch.tensor([6, 6]), 2, stats))
-        torch.testing.assert_close(tova.score, grouped.sum(2)[:, :, -1], atol=1e-5, rtol=1e-5)
-        # cab_v3's 2-hop term: R = c^T A on the group-mean graph
-        mean = grouped.mean(2)
-        c = mean.sum(2)
-        torch.testing.assert_close(stats["frc"], torch.einsum("bhk,bhks->bhs", c, mean), atol=1e-5, rtol=1e-5)
-        assert stats["cum"][0, :, :3].abs().max() == 0  # padding keys receive nothing
+        assert set(stats) == set(needs.names())
+        grouped = att.view(B, 2, 2, T, T)  # (B, kv heads, group, queries, keys)
+        if needs.window:  # the last 4 query rows, per query head
+            torch.testing.assert_close(stats["window"], att[:, :, -4:], atol=1e-5, rtol=1e-5)
+        if needs.cumulative:  # h2o: column sums over the queries and the group's heads
+            torch.testing.assert_close(stats["cum"], grouped.sum(2).sum(2), atol=1e-5, rtol=1e-5)
+            assert stats["cum"][0, :, :3].abs().max() == 0  # padding keys receive nothing
+        if needs.two_hop:  # cab_v3's R = c^T A on the group-mean graph of the prefill
+            mean = grouped[:, :, :, :10, :10].mean(2)
+            expected = torch.einsum("bhk,bhks->bhs", mean.sum(2), mean)
+            torch.testing.assert_close(two_hop[layer], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_key_only_methods_capture_nothing():
+    for name in ("dense", "knorm", "streaming_llm", "random", "local_strided", "cab_v4"):
+        assert AttentionRecorder.for_method(make_method(name)) is None, name  # the model's own attention runs
+    assert make_method("tova").needs == Needs(window=1)
+    assert make_method("snapkv", window=16).needs == Needs(window=16)
 
 
 # ---- importance functions by hand ------------------------------------------------------------
+def test_tova_is_the_last_query_averaged_over_all_heads_and_evicts_the_same_tokens_everywhere(net):
+    ids, mask, _ = batch(T=12, pad=3)
+    rec = AttentionRecorder.for_method(make_method("tova"))
+    state, _ = prefill(net, ids, mask, rec)
+    maps = eager_maps(net, ids, mask)
+    for layer in range(2):
+        layer_cache = state.cache.layers[layer]
+        view = LayerView(layer, layer_cache.keys, layer_cache.values, state.positions[layer], state.valid,
+                         torch.tensor([5, 5]), 2, rec.stats(layer))
+        score = make_method("tova").priority(view).score
+        by_hand = maps[layer][:, :, -1].mean(1)  # the last query's attention, mean over the 4 query heads
+        torch.testing.assert_close(score, by_hand[:, None].expand(2, 2, 12), atol=1e-6, rtol=1e-6)
+    state.compress(make_method("tova"), budget(state.seen, 0.6), rec)
+    for positions in state.positions:
+        assert torch.equal(positions[:, 0], positions[:, 1])  # the same tokens in every KV head
+
+
 def test_knorm_keeps_lowest_norms_by_hand():
     keys = torch.tensor([[3.0, 0], [0, 1], [2, 2], [0.5, 0], [0, -4]])[None, None]  # norms 3, 1, 2.83, .5, 4
     view = view_of(keys, keep=2)
@@ -101,17 +138,24 @@ def test_knorm_keeps_lowest_norms_by_hand():
     assert index.tolist() == [[[1, 3]]] and valid.all()
 
 
-def test_snapkv_pooling_by_hand():
-    rows = torch.tensor([[0.1, 0.5, 0.0, 0.2, 0.0, 0.9, 0.3, 0.1],
-                         [0.2, 0.1, 0.0, 0.0, 0.1, 0.0, 0.2, 0.4]])[None, None]  # 2 window queries x 8 keys
-    view = view_of(torch.randn(1, 1, 8, 4), window_rows=rows, keep=4)
-    pr = SnapKV(window=2, kernel=3).priority(view)
-    summed = [0.3, 0.6, 0.0, 0.2, 0.1, 0.9]  # slots 6, 7 are the observation window: outside the pooling
-    expected = [max(summed[max(0, j - 1):j + 2]) for j in range(6)]
-    torch.testing.assert_close(pr.score[0, 0, :6], torch.tensor(expected))
+@pytest.mark.parametrize("pooling", ["avg", "max"])
+def test_snapkv_pooling_by_hand(pooling):
+    """2 query heads of one KV head, a window of 2 queries over 8 keys (slots 6, 7 are the window's own)."""
+    rows = torch.tensor([[[0.1, 0.5, 0.0, 0.2, 0.0, 0.9, 0.3, 0.1],
+                          [0.3, 0.1, 0.0, 0.0, 0.1, 0.1, 0.2, 0.4]],
+                         [[0.0, 0.0, 0.8, 0.0, 0.0, 0.0, 0.5, 0.5],
+                          [0.2, 0.0, 0.6, 0.0, 0.0, 0.2, 0.0, 0.9]]])[None]  # (B, Hq, W, S)
+    view = view_of(torch.randn(1, 1, 8, 4), window_rows=rows, keep=4, group_size=2)
+    pr = SnapKV(window=2, kernel=3, pooling=pooling).priority(view)
+    votes = [[0.2, 0.3, 0.0, 0.1, 0.05, 0.5, 0, 0], [0.1, 0.0, 0.7, 0.0, 0.0, 0.1, 0, 0]]  # window mean, window slots 0
+    pool = (lambda xs: sum(xs) / 3) if pooling == "avg" else max  # zero padding at both ends
+    per_head = [[pool(([0.0] + head + [0.0])[j:j + 3]) for j in range(8)] for head in votes]
+    expected = [(a + b) / 2 for a, b in zip(*per_head)]  # mean over the group's query heads
+    torch.testing.assert_close(pr.score[0, 0], torch.tensor(expected))
     assert pr.tier[0, 0].tolist() == [0] * 6 + [1, 1]
     index, _ = select_slots(pr, view.valid, view.positions, view.keep)
-    assert index.tolist() == [[[4, 5, 6, 7]]]  # window + top-2 pooled (0.9 at 4 and 5)
+    best_two = sorted(sorted(range(6), key=lambda j: -expected[j])[:2])
+    assert index.tolist() == [[best_two + [6, 7]]]  # the window + the 2 best pooled older keys
 
 
 def test_local_strided_and_h2o_splits_by_hand():
@@ -173,15 +217,28 @@ def test_methods_declare_their_parameters():
         make_method("h2o", recent_ratio=1.5)
     with pytest.raises(ConfigError, match="odd"):
         make_method("snapkv", kernel=4)
+    with pytest.raises(ConfigError, match=r"snapkv parameter pooling must be one of \['avg', 'max'\], got 'mean'"):
+        make_method("snapkv", pooling="mean")
     with pytest.raises(ConfigError, match="sum to 1"):
         make_method("cab", local_ratio=0.5)
 
 
 def test_budget_rounding():
-    n = torch.tensor([10, 512, 7])
-    assert budget(n, 0.7).tolist() == [3, 154, 3]  # ceil(0.3 * n) without float fuzz (0.3 * 10 = 3.0000000000000004)
-    assert budget(n, 0.0).tolist() == [10, 512, 7]
-    assert budget(n, budget_tokens=8).tolist() == [8, 8, 7]
+    n = torch.tensor([10, 512, 7, 1])
+    assert budget(n, 0.7).tolist() == [3, 154, 3, 1]  # ceil(0.3 * n) without float fuzz (0.3 * 10 = 3.0000000000000004)
+    assert budget(n, 0.7, rounding="floor").tolist() == [3, 153, 2, 1]  # int(0.3 * n), at least 1
+    assert budget(torch.tensor([10, 4096]), 0.9, rounding="floor").tolist() == [1, 409]  # (1 - .9) * 10 = 0.999...
+    assert budget(n, 0.0, rounding="floor").tolist() == [10, 512, 7, 1]
+    assert budget(n, budget_tokens=8, rounding="floor").tolist() == [8, 8, 7, 1]
+    with pytest.raises(ConfigError, match=r"^--sparsity.rounding must be one of ceil, floor .*got 'round'$"):
+        budget(n, 0.7, rounding="round")
+
+
+def test_rounding_reaches_the_budget_and_the_record(net):
+    ids, mask, _ = batch(T=16, pad=0)
+    for rounding, keep in (("ceil", 4), ("floor", 3)):  # 0.225 * 16 = 3.6
+        res = generate_with_eviction(net, ids, mask, "knorm", sparsity=0.775, max_new_tokens=2, rounding=rounding)
+        assert res.keep.tolist() == [keep, keep] and res.summary()["rounding"] == rounding
 
 
 # ---- the mechanism end to end ----------------------------------------------------------------
@@ -198,7 +255,7 @@ def test_cache_tensors_shrink_to_budget_and_bytes_drop(net, method):
     # the tensors themselves, per layer, after one compression of a left-padded batch
     ids, mask, _ = batch(T=16, pad=4)
     m = make_method(method)
-    rec = AttentionRecorder(m.needs, m.window) if m.needs else None
+    rec = AttentionRecorder.for_method(m)
     state, _ = prefill(net, ids, mask, rec)
     assert state.compress(m, budget(state.seen, 0.75), rec)
     assert state.layer_shapes() == [(2, 2, 4, 16)] * 2  # ceil(.25 * 12) = 3 (+1 filler), ceil(.25 * 16) = 4
@@ -266,20 +323,22 @@ def test_decoding_on_compressed_cache_equals_dense_run_with_evicted_keys_masked(
     torch.testing.assert_close(res.nll, full_forward_nll(net, ids, mask, ref), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("method", ["knorm", "tova"])
-def test_per_head_eviction_equals_dense_run_with_per_head_masks(method):
+@pytest.mark.parametrize("method,params", [("knorm", {}), ("snapkv", {"window": 2, "kernel": 3}), ("tova", {})])
+def test_per_head_eviction_equals_dense_run_with_per_head_masks(method, params):
     net = tiny_llama(layers=1, attn="eager")  # one layer: the kept sets are the whole story
     ids, mask, ref = batch(T=20, pad=3)
-    res = generate_with_eviction(net, ids, mask, method, sparsity=0.6, interval=0, reference_continuation=ref)
-    m = make_method(method)
-    rec = AttentionRecorder(m.needs, m.window) if m.needs else None
+    res = generate_with_eviction(net, ids, mask, method, sparsity=0.6, interval=0, reference_continuation=ref,
+                                 method_params=params)
+    m = make_method(method, **params)
+    rec = AttentionRecorder.for_method(m)
     state, _ = prefill(net, ids, mask, rec)
     state.compress(m, budget(state.seen, 0.6), rec)
     kept = torch.zeros(2, 2, 20, dtype=torch.bool)
     slots = state.positions[0] + (20 - mask.sum(-1))[:, None, None]  # token position -> context slot
     kept.scatter_(-1, slots, state.valid[:, None, :].expand_as(slots).clone())
     assert kept.sum(-1).tolist() == [[7, 7], [8, 8]]
-    assert not torch.equal(kept[:, 0], kept[:, 1])  # the KV heads really keep different tokens
+    # the KV heads really keep different tokens, except under tova (one ranking for the whole layer)
+    assert torch.equal(kept[:, 0], kept[:, 1]) == (method == "tova")
     torch.testing.assert_close(res.nll, _masked_reference(net, ids, mask, ref, kept), atol=1e-4, rtol=1e-4)
 
 

@@ -26,6 +26,7 @@ def test_sparsity_records_next_to_dense(tiny_corpus, capsys, tmp_path):
     assert half["sparsity"]["method"] == "h2o" and 0.4 < half["sparsity"]["cache_fraction"] < 0.85
     assert half["metrics"]["scored_tokens"] == dense["metrics"]["scored_tokens"]
     assert half["sparsity"]["recent_ratio"] == 0.5  # the method's parameters are recorded
+    assert half["sparsity"]["rounding"] == "ceil"  # and how the budget was rounded
 
 
 def test_sparsity_params_reach_the_method_and_the_record(tiny_corpus, capsys, tmp_path):
@@ -34,6 +35,17 @@ def test_sparsity_params_reach_the_method_and_the_record(tiny_corpus, capsys, tm
     assert code in (0, None), err
     record = json.loads((tmp_path / "r" / "transformer_tiny_corpus_seq32_bits32_test_h2o_s0.5.json").read_text())
     assert record["sparsity"]["recent_ratio"] == 0.25
+
+
+def test_sparsity_rounding_flag_reaches_the_record(tiny_corpus, capsys, tmp_path):
+    code, _, err = _test(tiny_corpus, capsys, "--sparsity", "h2o", "--sparsity.ratio", "0.5",
+                         "--sparsity.rounding", "floor")
+    assert code in (0, None), err
+    record = json.loads((tmp_path / "r" / "transformer_tiny_corpus_seq32_bits32_test_h2o_s0.5.json").read_text())
+    assert record["sparsity"]["rounding"] == "floor"
+    code, _, err = _test(tiny_corpus, capsys, "--sparsity", "h2o", "--sparsity.ratio", "0.5",
+                         "--sparsity.rounding", "round")
+    assert code == 2 and "expected one of ceil, floor" in err.strip().splitlines()[-1], err
 
 
 @pytest.mark.parametrize("extra,expected", [

@@ -107,6 +107,17 @@ def test_right_padded_rows_stream_like_the_rows_alone(net):
     assert stats.counted_tokens == 18 + 24  # padding is fed but not counted
 
 
+def test_rounding_sets_the_streamed_budget_and_is_recorded(net):
+    ids = ids_batch(T=12)
+    for rounding, kept in (("ceil", [1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6]), ("floor", [1, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5])):
+        _, stats = streaming_logits(net, ids, None, "knorm", sparsity=0.5, chunk_size=1, rounding=rounding)
+        # token t + 1 attends the budget of the t + 1 tokens before it (compressed before it came) and itself
+        assert stats.cache_lengths.tolist() == [1] + [k + 1 for k in kept], rounding
+        assert stats.summary()["rounding"] == rounding
+    assert SparsityCallback("h2o", ratio=0.5, rounding="floor").summary()["rounding"] == "floor"
+    assert SparsityCallback("h2o", ratio=0.5).summary()["rounding"] == "ceil"
+
+
 # ---- the callback -------------------------------------------------------------------------------
 @pytest.fixture
 def data_and_model(tiny_corpus):
@@ -190,7 +201,8 @@ def test_callback_bad_inputs_are_one_line_config_errors(data_and_model):
         with pytest.raises(ConfigError) as err:
             SparsityCallback("h2o", ratio=ratio)
         assert "[0, 1)" in _one_line(err)
-    for kwargs in ({}, {"ratio": 0.5, "budget_tokens": 4}, {"ratio": 0.5, "chunk_size": 0}):
+    for kwargs in ({}, {"ratio": 0.5, "budget_tokens": 4}, {"ratio": 0.5, "chunk_size": 0},
+                   {"ratio": 0.5, "rounding": "nearest"}):
         with pytest.raises(ConfigError) as err:
             SparsityCallback("h2o", **kwargs)
         _one_line(err)

@@ -9,10 +9,10 @@
 """
 
 from lightning_bench.sparsity.cache import EvictionState, budget, kv_bytes, select_slots
-from lightning_bench.sparsity.capture import CAPTURE_NAME, AttentionRecorder, capturing, register
+from lightning_bench.sparsity.capture import CAPTURE_NAME, AttentionRecorder, Needs, capturing, register
 from lightning_bench.sparsity.decode import EvictionResult, generate_with_eviction, prefill, resolve_network
 from lightning_bench.sparsity.methods import METHODS, LayerView, Method, Priority, make_method, method_names
 
 __all__ = ["AttentionRecorder", "CAPTURE_NAME", "EvictionResult", "EvictionState", "LayerView", "METHODS",
-           "Method", "Priority", "budget", "capturing", "generate_with_eviction", "kv_bytes", "make_method",
+           "Method", "Needs", "Priority", "budget", "capturing", "generate_with_eviction", "kv_bytes", "make_method",
            "method_names", "prefill", "register", "resolve_network", "select_slots"]

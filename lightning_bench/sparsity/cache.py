@@ -19,10 +19,12 @@ with the same indices. Kept keys keep their RoPE rotation (original positions) a
 their true positions; with `rerotate`, kept keys are re-rotated to positions 0..keep-1 (in order) and
 new tokens continue from keep.
 
-Budget: `budget(n, sparsity)` = ceil((1 - sparsity) * n) where n = the row's tokens seen so far
-(context + generated), so a re-compression keeps the same fraction of everything seen; or a fixed
-number of tokens (`budget_tokens`). Sparsity 0 keeps everything (the compression is then skipped,
-so it reproduces dense exactly).
+Budget: `budget(n, sparsity, rounding=...)` keeps (1 - sparsity) * n slots, n = the row's tokens seen so
+far (context + generated), so a re-compression keeps the same fraction of everything seen; rounded up
+(`ceil`, the default here) or down (`floor`: int(n * (1 - sparsity)), what kvpress and most KV-compression
+libraries keep, one token fewer whenever the product is not whole); at least 1. Or a fixed number of
+tokens (`budget_tokens`). Sparsity 0 keeps everything (the compression is then skipped, so it
+reproduces dense exactly).
 """
 
 from __future__ import annotations
@@ -36,15 +38,30 @@ from lightning_bench.errors import ConfigError
 from lightning_bench.sparsity.methods import LayerView, Method, Priority
 
 
-def budget(n_seen: torch.Tensor, sparsity: Optional[float] = None, budget_tokens: Optional[int] = None) -> torch.Tensor:
-    """Slots to keep per row (B,): ceil((1 - sparsity) * n_seen) or `budget_tokens` (capped at n_seen)."""
+ROUNDINGS = ("ceil", "floor")
+
+
+def budget(n_seen: torch.Tensor, sparsity: Optional[float] = None, budget_tokens: Optional[int] = None,
+           rounding: str = "ceil") -> torch.Tensor:
+    """Slots to keep per row (B,): (1 - sparsity) * n_seen rounded by `rounding` (at least 1), or
+    `budget_tokens`; capped at n_seen. The 1e-9 keeps float fuzz (0.3 * 10 = 3.0000000000000004) from
+    moving a whole product by one."""
     if (sparsity is None) == (budget_tokens is None):
         raise ConfigError("give exactly one of sparsity (a ratio in [0, 1)) and budget_tokens (a token count)")
     if sparsity is not None:
         check_sparsity(sparsity)
-        keep = [max(1, math.ceil((1.0 - sparsity) * int(n) - 1e-9)) if n > 0 else 0 for n in n_seen.tolist()]
+        round_to_int = math.ceil if check_rounding(rounding) == "ceil" else math.floor
+        fuzz = -1e-9 if rounding == "ceil" else 1e-9
+        keep = [max(1, round_to_int((1.0 - sparsity) * int(n) + fuzz)) if n > 0 else 0 for n in n_seen.tolist()]
         return torch.tensor(keep, dtype=torch.long, device=n_seen.device).minimum(n_seen)
     return torch.full_like(n_seen, int(budget_tokens)).minimum(n_seen)
+
+
+def check_rounding(rounding: str) -> str:
+    if rounding not in ROUNDINGS:
+        raise ConfigError(f"--sparsity.rounding must be one of {', '.join(ROUNDINGS)} (how the budget (1 - ratio) * n "
+                          f"is rounded), got {rounding!r}")
+    return rounding
 
 
 def check_sparsity(sparsity: float) -> float:

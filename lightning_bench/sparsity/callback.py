@@ -40,6 +40,8 @@ class SparsityCallback(L.Callback):
         interval: compress after every `interval`-th chunk.
         rerotate: re-rotate the kept keys to contiguous positions at each compression (RoPE models).
         method_params: the method's own parameters (e.g. {"recent_ratio": 0.5} for h2o).
+        rounding: how the ratio's budget (1 - ratio) * n is rounded: "ceil" (default) or "floor" (int(),
+            as kvpress and most KV-compression libraries); recorded in the summary.
     Exactly one of `ratio` and `budget_tokens` for an evicting method; neither for `dense`.
     """
 
@@ -47,9 +49,9 @@ class SparsityCallback(L.Callback):
 
     def __init__(self, method: str = "dense", ratio: Optional[float] = None, budget_tokens: Optional[int] = None,
                  chunk_size: int = 1, interval: int = 1, rerotate: bool = False,
-                 method_params: Optional[dict] = None):
+                 method_params: Optional[dict] = None, rounding: str = "ceil"):
         self.eviction = StreamingEviction.build(method, ratio, budget_tokens, chunk_size, interval, rerotate,
-                                                method_params)
+                                                method_params, rounding)
         self.stages: dict[str, dict] = {}
         self._stage: Optional[str] = None
         self._applied = ExitStack()

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from lightning_bench.errors import ConfigError
 from lightning_bench.models.hf import config_has_kv_cache
-from lightning_bench.sparsity.cache import EvictionState, budget, check_sparsity, find_inv_freq
+from lightning_bench.sparsity.cache import EvictionState, budget, check_rounding, check_sparsity, find_inv_freq
 from lightning_bench.sparsity.capture import AttentionRecorder, capturing
 from lightning_bench.sparsity.methods import Method, make_method
 
@@ -154,16 +154,17 @@ def generate_with_eviction(net, input_ids: torch.Tensor, attention_mask: Optiona
                            method: Union[str, Method] = "dense", sparsity: Optional[float] = None,
                            budget_tokens: Optional[int] = None, interval: int = 1, max_new_tokens: int = 0,
                            rerotate: bool = False, reference_continuation: Optional[torch.Tensor] = None,
-                           method_params: Optional[dict] = None) -> EvictionResult:
+                           method_params: Optional[dict] = None, rounding: str = "ceil") -> EvictionResult:
     """Prefill `input_ids`, compress the KV cache with `method`, decode `max_new_tokens` tokens.
 
     Args:
         net: a transformers causal LM (or a LanguageModule whose `.net` is one).
         input_ids: (B, T) context; attention_mask: (B, T), left padding only (None = no padding).
         method: registry name (methods.METHODS) or a Method; method_params: its parameters.
-        sparsity: fraction evicted, in [0, 1): each compression keeps ceil((1 - sparsity) * n) slots,
-            n = the row's tokens seen so far. budget_tokens: keep a fixed number of tokens instead
-            (<= the context length). Exactly one of the two (neither: dense).
+        sparsity: fraction evicted, in [0, 1): each compression keeps (1 - sparsity) * n slots, n = the
+            row's tokens seen so far, rounded by `rounding` ("ceil" or "floor", cache.budget).
+            budget_tokens: keep a fixed number of tokens instead (<= the context length). Exactly one of
+            the two (neither: dense).
         interval: re-compress every `interval` decoding steps (0: only after the prefill).
         max_new_tokens: tokens to decode greedily (ignored when `reference_continuation` is given).
         rerotate: re-rotate kept keys to contiguous positions after each compression.
@@ -173,6 +174,7 @@ def generate_with_eviction(net, input_ids: torch.Tensor, attention_mask: Optiona
     method = make_method(method, **(method_params or {}))
     attention_mask = _check_inputs(input_ids, attention_mask)
     sparsity = check_budget(method, sparsity, budget_tokens)
+    check_rounding(rounding)
     context = int(attention_mask.sum(-1).max())
     if budget_tokens is not None:
         if budget_tokens > context:
@@ -198,7 +200,7 @@ def generate_with_eviction(net, input_ids: torch.Tensor, attention_mask: Optiona
     start = time.perf_counter()
     device = next(net.parameters()).device
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-    recorder = AttentionRecorder(method.needs, method.window) if method.needs else None
+    recorder = AttentionRecorder.for_method(method)
     try:
         state, logits = prefill(net, input_ids, attention_mask, recorder)
         per_token = state.kv_bytes() // max(1, state.length)
@@ -215,7 +217,7 @@ def generate_with_eviction(net, input_ids: torch.Tensor, attention_mask: Optiona
             if t == n_new - 1:
                 break
             if t == 0 or (interval and t % interval == 0):
-                keep = budget(state.seen, sparsity, budget_tokens) if method.evicts else state.n_valid
+                keep = budget(state.seen, sparsity, budget_tokens, rounding) if method.evicts else state.n_valid
                 state.compress(method, keep, recorder, rerotate, inv_freq)
                 if keep0 is None:
                     keep0 = state.n_valid.clone()
@@ -230,5 +232,5 @@ def generate_with_eviction(net, input_ids: torch.Tensor, attention_mask: Optiona
                           keep=(keep0 if keep0 is not None else attention_mask.sum(-1)).cpu(),
                           context_lengths=attention_mask.sum(-1).cpu(), compressions=state.compressions,
                           method={**method.describe(), "sparsity": sparsity, "budget_tokens": budget_tokens,
-                                  "interval": interval, "rerotate": rerotate},
+                                  "rounding": rounding, "interval": interval, "rerotate": rerotate},
                           seconds=time.perf_counter() - start)

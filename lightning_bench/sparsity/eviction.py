@@ -39,6 +39,7 @@ class StreamingEviction:
     chunk_size: int = 1
     interval: int = 1
     rerotate: bool = False
+    rounding: str = "ceil"  # of the ratio's budget (cache.budget)
     totals: dict = field(default_factory=new_totals)
     # (B, T) bool: the tokens the next forwards count in the cache figures (None: every token)
     scored: Optional[torch.Tensor] = None
@@ -46,14 +47,15 @@ class StreamingEviction:
     @classmethod
     def build(cls, method="dense", ratio: Optional[float] = None, budget_tokens: Optional[int] = None,
               chunk_size: int = 1, interval: int = 1, rerotate: bool = False,
-              method_params: Optional[dict] = None) -> "StreamingEviction":
+              method_params: Optional[dict] = None, rounding: str = "ceil") -> "StreamingEviction":
         """Checked arguments (one-line ConfigErrors); `method` is a registry name or a Method."""
-        built, ratio = check_streaming_args(method, ratio, budget_tokens, chunk_size, interval, method_params)
-        return cls(built, ratio, budget_tokens, chunk_size, interval, bool(rerotate))
+        built, ratio = check_streaming_args(method, ratio, budget_tokens, chunk_size, interval, method_params,
+                                            rounding)
+        return cls(built, ratio, budget_tokens, chunk_size, interval, bool(rerotate), rounding)
 
     def settings(self) -> dict:
         return {**self.method.describe(), "ratio": self.ratio, "budget_tokens": self.budget_tokens,
-                "chunk_size": self.chunk_size, "interval": self.interval, "rerotate": self.rerotate}
+                "rounding": self.rounding, "chunk_size": self.chunk_size, "interval": self.interval, "rerotate": self.rerotate}
 
     @contextmanager
     def applied(self, module) -> Iterator["StreamingEviction"]:
@@ -77,7 +79,7 @@ class StreamingEviction:
         logits, stats = streaming_logits(module.net, input_ids, None, self.method, sparsity=self.ratio,
                                          budget_tokens=self.budget_tokens, chunk_size=self.chunk_size,
                                          interval=self.interval, rerotate=self.rerotate,
-                                         logits_to_keep=logits_to_keep, scored=scored)
+                                         logits_to_keep=logits_to_keep, scored=scored, rounding=self.rounding)
         acc = self.totals
         acc["cache"] += stats.mean_cache_length * stats.counted_tokens if stats.counted_tokens else 0.0
         acc["dense"] += stats.dense_mean_cache_length * stats.counted_tokens if stats.counted_tokens else 0.0

@@ -1,8 +1,9 @@
 """KV-cache eviction methods: ONE importance function (plus an always-kept set) each.
 
 Every method sees the same thing, a `LayerView` of one layer's cache (keys, values, true token
-positions, slot validity, the number of slots each row keeps, and the attention statistics its
-`needs` asked the capture for), and returns a `Priority`: per (batch, KV head, slot) a score (higher
+positions, slot validity, the number of slots each row keeps, and the attention statistic its
+`needs` declares: `capture.Needs`, so the capture computes only that; a method that reads no attention
+declares nothing and the model then runs its own attention untouched), and returns a `Priority`: per (batch, KV head, slot) a score (higher
 = keep) and optionally an integer tier (a higher tier always wins over a lower one: that is how
 sinks / recent windows are "always kept"). The shared mechanism (cache.py) keeps, per row and KV
 head, the `keep` slots of highest (tier, score) and physically drops the rest; methods never
@@ -27,12 +28,17 @@ h2o            cumulative attention received (sum over all queries seen so far a
                default 0.5 as in Zhang et al. 2023's equal heavy/recent budgets) and heavy hitters.
 knorm          keeps the keys with the LOWEST L2 norm (Devoto et al. 2024). Cached keys are
                post-RoPE; a rotation does not change a norm.
-snapkv         observation window = the last `window` queries (their tokens are always kept); the
-               attention those queries give each older key, summed over the window and the KV group's
-               query heads, max-pooled along the key axis (kernel `kernel`, stride 1, same size;
-               the window and padding slots do not enter the pooling) (Li et al. 2024).
-tova           attention of the most recent query, summed over the KV group's query heads
-               (Oren et al. 2024), per KV head.
+snapkv         observation window = the last `window` queries (their tokens are always kept). Per QUERY
+               head, the attention each older key receives from the window (mean over the window's
+               queries), pooled along the key axis (`pooling` avg [default, as the SnapKV reference
+               code's SnapKVCluster and kvpress] or max; kernel `kernel`, stride 1, zero-padded: the
+               window and padding slots count as 0), then averaged over the KV group's query heads
+               (GQA) (Li et al. 2024). Declares the window statistic, `window` rows.
+tova           the attention of the LAST query averaged over ALL query heads of the layer; the same
+               tokens are evicted from every KV head (Oren et al. 2024; the official TOVACache does
+               exactly this). The last token scores its own attention too, as in TOVACache (kvpress
+               instead always keeps it). Declares the window statistic with one row. A per-KV-head
+               variant is not kept: snapkv(window=1, kernel=1) scores per KV head from the same row.
 cab_v3         "pure curvature". The CAB repositories (github.com/Js-Hwang1/FRC-CAB- and
                .../Bridge-Aware-KV-Cache-Eviction-for-Efficient-Long-Context-Transformers,
                kernels/frc_kernel_stable.py, "CAB V3": keep HIGH FRC) define an edge score on the
@@ -65,6 +71,7 @@ import torch
 import torch.nn.functional as F
 
 from lightning_bench.errors import ConfigError, unknown_name
+from lightning_bench.sparsity.capture import Needs
 
 
 @dataclass
@@ -78,7 +85,7 @@ class LayerView:
     valid: torch.Tensor  # (B, S) bool; padding / filler slots are False (same for every head and layer)
     keep: torch.Tensor  # (B,) slots each row keeps after this compression (<= its valid slots)
     group_size: int = 1  # query heads per KV head
-    stats: dict = field(default_factory=dict)  # from capture.AttentionRecorder
+    stats: dict = field(default_factory=dict)  # from capture.AttentionRecorder: what the method's `needs` declares
 
     @property
     def n_valid(self) -> torch.Tensor:
@@ -154,11 +161,10 @@ def param(default, description: str, *, low=None, high=None, choices=None):
 
 class Method:
     """Base class: subclasses are dataclasses whose fields are their parameters (declared with `param`);
-    they set `name`, `needs`, `window` and implement `priority`."""
+    they set `name`, declare `needs` and implement `priority`."""
 
     name = ""
-    needs: frozenset = frozenset()  # attention statistics (capture.STAT_NAMES)
-    window = 0  # query rows the "window" statistic must hold
+    needs = Needs()  # the attention statistic `priority` reads (capture.Needs); none by default
     evicts = True
 
     def __post_init__(self):
@@ -247,7 +253,7 @@ class LocalStrided(Method):
 @dataclass
 class H2O(Method):
     name = "h2o"
-    needs = frozenset({"cum"})
+    needs = Needs(cumulative=True)
     recent_ratio: float = param(0.5, "share of the budget kept for the most recent tokens (the rest: heavy hitters)",
                                 low=0.0, high=1.0)
 
@@ -267,40 +273,48 @@ class KNorm(Method):
 @dataclass
 class SnapKV(Method):
     name = "snapkv"
-    needs = frozenset({"window"})
     window: int = param(32, "observation window: the last queries whose attention scores the keys", low=1)
-    kernel: int = param(7, "max-pooling width along the keys (odd)", low=1)
+    kernel: int = param(7, "pooling width along the keys (odd)", low=1)
+    pooling: str = param("avg", "pooling along the keys: avg (the SnapKV reference code's default) or max",
+                         choices=("avg", "max"))
 
     def __post_init__(self):
         super().__post_init__()
         if self.kernel % 2 == 0:
             raise ConfigError(f"snapkv parameter kernel must be a positive odd number, got {self.kernel}")
 
+    @property
+    def needs(self) -> Needs:
+        return Needs(window=self.window)
+
     def priority(self, view):
-        rows = _stat(view, "window", self.name)[:, :, -self.window:]
-        window = min(self.window, rows.shape[2])
+        rows = _stat(view, "window", self.name)[:, :, -self.window:]  # (B, Hq, w, S)
+        window = rows.shape[2]
         observed = view.recent(view.n_valid.clamp(max=window))  # the observation window's own tokens
-        score = rows.sum(2).masked_fill(observed | ~view.valid[:, None, :], float("-inf"))
-        B, H, S = score.shape
-        pooled = F.max_pool1d(score.reshape(B * H, 1, S), self.kernel, stride=1, padding=self.kernel // 2)
+        votes = rows.mean(2).masked_fill(observed | ~view.valid[:, None, :], 0.0)  # (B, Hq, S)
+        B, Hq, S = votes.shape
+        pool = F.avg_pool1d if self.pooling == "avg" else F.max_pool1d
+        pooled = pool(votes.reshape(B * Hq, 1, S), self.kernel, stride=1, padding=self.kernel // 2)
+        score = pooled.reshape(B, Hq // view.group_size, view.group_size, S).mean(2)  # over the GQA group
         kept = view.recent(view.keep.clamp(max=window))  # always kept (the most recent if keep < window)
-        return Priority(pooled.reshape(B, H, S), kept.long())
+        return Priority(score, kept.long())
 
 
 @dataclass
 class TOVA(Method):
     name = "tova"
-    needs = frozenset({"window"})
-    window = 1
+    needs = Needs(window=1)
 
     def priority(self, view):
-        return Priority(_stat(view, "window", self.name)[:, :, -1])
+        last = _stat(view, "window", self.name)[:, :, -1]  # (B, Hq, S): the last query, per query head
+        score = last.mean(1, keepdim=True).expand(view.keys.shape[:3])  # all heads: one ranking for every KV head
+        return Priority(score)
 
 
 @dataclass
 class CABV3(Method):
     name = "cab_v3"
-    needs = frozenset({"cum", "frc"})
+    needs = Needs(cumulative=True, two_hop=True)
     lam: float = param(0.5, "weight of the 2-hop redundancy term subtracted from the attention received", low=0.0)
 
     def priority(self, view):
@@ -324,7 +338,7 @@ class CABV4(Method):
 @dataclass
 class CAB(Method):
     name = "cab"
-    needs = frozenset({"cum"})
+    needs = Needs(cumulative=True)
     local_ratio: float = param(0.3, "share of the budget for the most recent tokens", low=0.0, high=1.0)
     importance_ratio: float = param(0.5, "share for the most attended older tokens", low=0.0, high=1.0)
     bridge_ratio: float = param(0.2, "share for the most unique remaining keys", low=0.0, high=1.0)

@@ -3,8 +3,8 @@
 A text is read the way a model serving a long stream reads it: in chunks of `chunk_size` tokens, on a
 KV cache that is compressed as it grows. The tokens of chunk k attend to the compressed cache of
 chunks 0..k-1 and, causally, to each other; after every `interval`-th chunk the cache is compressed
-to the budget, ceil((1 - sparsity) * n) slots per row with n the tokens seen so far, or a fixed
-`budget_tokens` (capped at n). So every token is scored on what survived of its past, and the
+to the budget, (1 - sparsity) * n slots per row with n the tokens seen so far (rounded up, or down with
+`rounding="floor"`), or a fixed `budget_tokens` (capped at n). So every token is scored on what survived of its past, and the
 perplexity of the logits is the quality a method keeps at that cache size.
 
 - chunk_size 1 is exact per-token streaming: the cache is compressed before every token.
@@ -31,7 +31,7 @@ from typing import Optional, Union
 import torch
 
 from lightning_bench.errors import ConfigError
-from lightning_bench.sparsity.cache import budget, find_inv_freq
+from lightning_bench.sparsity.cache import budget, check_rounding, find_inv_freq
 from lightning_bench.sparsity.capture import AttentionRecorder
 from lightning_bench.sparsity.decode import check_budget, extend, prefill, resolve_network
 from lightning_bench.sparsity.methods import Method, make_method
@@ -76,13 +76,14 @@ def _positive_int(name: str, value) -> int:
 
 
 def check_streaming_args(method: Union[str, Method], sparsity: Optional[float], budget_tokens: Optional[int],
-                         chunk_size: int, interval: int = 1,
-                         method_params: Optional[dict] = None) -> tuple[Method, Optional[float]]:
+                         chunk_size: int, interval: int = 1, method_params: Optional[dict] = None,
+                         rounding: str = "ceil") -> tuple[Method, Optional[float]]:
     """(the Method, the sparsity to use) after checking every argument; one-line ConfigErrors otherwise."""
     built = make_method(method, **(method_params or {}))
     sparsity = check_budget(built, sparsity, budget_tokens)
     _positive_int("chunk_size", chunk_size)
     _positive_int("interval", interval)
+    check_rounding(rounding)
     return built, sparsity
 
 
@@ -107,7 +108,7 @@ def streaming_logits(net, input_ids: torch.Tensor, attention_mask: Optional[torc
                      method: Union[str, Method] = "dense", sparsity: Optional[float] = None,
                      budget_tokens: Optional[int] = None, chunk_size: int = 1, method_params: Optional[dict] = None,
                      interval: int = 1, rerotate: bool = False, logits_to_keep: Optional[torch.Tensor] = None,
-                     scored: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, StreamingStats]:
+                     scored: Optional[torch.Tensor] = None, rounding: str = "ceil") -> tuple[torch.Tensor, StreamingStats]:
     """Logits of `input_ids` read as a stream on a KV cache compressed by `method` (see module docstring).
 
     Args:
@@ -117,7 +118,8 @@ def streaming_logits(net, input_ids: torch.Tensor, attention_mask: Optional[torc
         method / method_params: a registry name (methods.METHODS) and its parameters, or a Method.
         sparsity: fraction of the tokens seen so far that is evicted, in [0, 1). budget_tokens: keep a fixed
             number of tokens instead (a budget at or above the text length keeps everything). Exactly one
-            of the two for an evicting method; neither for dense.
+            of the two for an evicting method; neither for dense. rounding: "ceil" or "floor" of the
+            ratio's budget (cache.budget).
         chunk_size: tokens per forward (1 = per-token streaming). interval: compress after every
             `interval`-th chunk. rerotate: re-rotate kept keys to contiguous positions at each compression.
         logits_to_keep: optional sorted 1-D positions; then only those logits are computed and returned
@@ -128,7 +130,8 @@ def streaming_logits(net, input_ids: torch.Tensor, attention_mask: Optional[torc
     """
     start = time.perf_counter()
     net = resolve_network(net)
-    method, sparsity = check_streaming_args(method, sparsity, budget_tokens, chunk_size, interval, method_params)
+    method, sparsity = check_streaming_args(method, sparsity, budget_tokens, chunk_size, interval, method_params,
+                                            rounding)
     mask = _check_mask(input_ids, attention_mask)
     B, T = input_ids.shape
     if scored is not None and scored.shape != input_ids.shape:
@@ -145,7 +148,7 @@ def streaming_logits(net, input_ids: torch.Tensor, attention_mask: Optional[torc
 
     device = next(net.parameters()).device
     input_ids = input_ids.to(device)
-    recorder = AttentionRecorder(method.needs, method.window) if method.needs else None
+    recorder = AttentionRecorder.for_method(method)
     evicts = method.evicts and (budget_tokens is not None or sparsity > 0)
     cache_lengths = torch.empty(T, dtype=torch.long)
     pieces, peak, chunks, state = [], 0, 0, None
@@ -177,7 +180,8 @@ def streaming_logits(net, input_ids: torch.Tensor, attention_mask: Optional[torc
             peak = max(peak, state.kv_bytes())
             chunks += 1
             if evicts and hi < T and chunks % interval == 0:
-                state.compress(method, budget(state.seen, sparsity, budget_tokens), recorder, rerotate, inv_freq)
+                state.compress(method, budget(state.seen, sparsity, budget_tokens, rounding), recorder, rerotate,
+                               inv_freq)
     finally:
         net.train(was_training)
     logits = torch.cat(pieces, dim=1)
@@ -193,6 +197,6 @@ def streaming_logits(net, input_ids: torch.Tensor, attention_mask: Optional[torc
         cache_lengths=cache_lengths, mean_cache_length=mean, dense_mean_cache_length=dense_mean,
         counted_tokens=n_counted, peak_kv_bytes=peak, dense_kv_bytes=per_slot * T,
         compressions=state.compressions, chunks=chunks, seconds=time.perf_counter() - start,
-        method={**method.describe(), "sparsity": sparsity, "budget_tokens": budget_tokens, "chunk_size": chunk_size,
-                "interval": interval, "rerotate": rerotate})
+        method={**method.describe(), "sparsity": sparsity, "budget_tokens": budget_tokens, "rounding": rounding,
+                "chunk_size": chunk_size, "interval": interval, "rerotate": rerotate})
     return logits, stats

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Literal, Optional
 
 from lightning_bench.errors import ConfigError, unknown_name
 from lightning_bench.experiments.core.config import check_at_least, check_name, check_unique
@@ -63,6 +63,8 @@ class Streaming:
     """compress the cache after every interval-th chunk"""
     rerotate: bool = False
     """re-rotate kept keys to contiguous positions (default: they keep their original RoPE positions)"""
+    rounding: Literal["ceil", "floor"] = "ceil"
+    """budget = ceil or floor((1 - sparsity) * tokens seen); floor is int(), as kvpress rounds"""
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,10 @@ def describe_protocol(dm, cfg: SweepConfig, dataset: str) -> dict:
     streaming = cfg.streaming
     described["streaming"] = {
         "chunk_size": streaming.chunk_size, "interval": streaming.interval, "rerotate": streaming.rerotate,
+        "rounding": streaming.rounding,
         "definition": "each window read as a stream from its start: chunks of chunk_size tokens attend to the "
                       "compressed cache of the chunks before and causally to each other; the cache is compressed "
-                      "to ceil((1 - sparsity) * tokens seen) after every interval-th chunk"}
+                      "to rounding((1 - sparsity) * tokens seen) after every interval-th chunk"}
     return described
 
 

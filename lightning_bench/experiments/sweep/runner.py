@@ -81,7 +81,8 @@ class CellRunner:
         evicts = cell.method != "dense"
         callback = SparsityCallback(cell.method, ratio=cell.sparsity if evicts else None,
                                     chunk_size=streaming.chunk_size, interval=streaming.interval,
-                                    rerotate=streaming.rerotate, method_params=cfg.method_params.get(cell.method))
+                                    rerotate=streaming.rerotate, method_params=cfg.method_params.get(cell.method),
+                                    rounding=streaming.rounding)
         windows = windows_for(spec.max_tokens, cell.context_length, dm.eval_stride)
         batches = math.ceil(windows / cfg.eval_batch_size) if windows else 1.0
         stage = SPLIT_STAGE[spec.split]
