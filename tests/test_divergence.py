@@ -68,3 +68,28 @@ def test_nan_validation_during_fit_gives_a_diverged_fit_record(tiny_corpus, caps
     assert record["status"] == "diverged" and record["divergence"]["quantity"] == "val/loss"
     assert record["final_perplexity"] is None and record["best_perplexity"] is None
     assert record["global_steps"] == record["divergence"]["step"] == 8  # the epoch's 8 finite steps
+
+
+class NaNLogits(torch.nn.Module):
+    """lm_forward of a model whose outputs went non-finite: NaN in one logit of every position."""
+
+    global_step = 7
+
+    def lm_forward(self, input_ids, logits_to_keep=None):
+        from types import SimpleNamespace
+
+        logits = torch.zeros(*input_ids.shape, 11)
+        logits[..., 3] = float("nan")
+        return SimpleNamespace(logits=logits if logits_to_keep is None else logits[:, logits_to_keep])
+
+
+@pytest.mark.parametrize("kind", ["loglikelihood", "next_token"])
+def test_nan_logits_stop_prompted_scoring(kind):
+    from lightning_bench.evaluation.prompted import EncodedRequest, collate, score_batch
+
+    if kind == "next_token":
+        row = EncodedRequest("next_token", 0, [1, 2, 4], choice_tokens=[5, 6])
+    else:
+        row = EncodedRequest("loglikelihood", 0, [1, 2, 4], scored_from=2, targets=[5])
+    with pytest.raises(DivergedError, match="log-probabilities are nan"):
+        score_batch(NaNLogits(), collate([row], pad_id=0))

@@ -120,13 +120,11 @@ def score_batch(module, batch: dict, generation: Optional[dict] = None) -> dict:
     labels = batch["labels"]
     keep = (labels != IGNORE_INDEX).any(0).nonzero().squeeze(1)
     logp = F.log_softmax(module.lm_forward(batch["input_ids"], logits_to_keep=keep).logits.float(), dim=-1)
-    if logp.isnan().any():  # NaN compares false: argmax/acc would still give a finite, meaningless score
-        raise DivergedError("the model's log-probabilities are nan on a test request: its outputs are not finite",
-                            "test/loglikelihood", float("nan"), module.global_step)
     labels = labels[:, keep]
     if kind == "next_token":
         last = (labels != IGNORE_INDEX).long().cumsum(1).argmax(1)  # the one scored column of each row
         rows = logp[torch.arange(len(logp)), last]
+        _check_finite(rows, module)
         loglik = [rows[i, torch.tensor(c, device=rows.device)].double().cpu().tolist()
                   for i, c in enumerate(batch["choice_tokens"])]
         top = rows.argmax(-1).tolist()
@@ -134,10 +132,20 @@ def score_batch(module, batch: dict, generation: Optional[dict] = None) -> dict:
         return {"kind": kind, "request_id": batch["request_id"].tolist(), "loglik": loglik, "greedy": greedy}
     mask = labels != IGNORE_INDEX
     token_logp = logp.gather(-1, labels.clamp_min(0)[..., None])[..., 0].masked_fill(~mask, 0.0)
+    _check_finite(token_logp, module)
     is_greedy = ((logp.argmax(-1) == labels) | ~mask).all(1)
     return {"kind": kind, "request_id": batch["request_id"].tolist(),
             "choice_index": batch["choice_index"].tolist(), "loglik": token_logp.sum(1).double().cpu().tolist(),
             "greedy": is_greedy.cpu().tolist()}
+
+
+def _check_finite(scored: torch.Tensor, module) -> None:
+    """NaN compares false, so argmax/acc would still give a finite, meaningless score. Checking only the
+    scored values is enough (a NaN logit makes its whole row's log-softmax NaN) and spares a full-vocabulary
+    scan per batch."""
+    if scored.isnan().any():
+        raise DivergedError("the model's log-probabilities are nan on a test request: its outputs are not finite",
+                            "test/loglikelihood", float("nan"), module.global_step)
 
 
 def stop_token_ids(tokenizer, stop: str) -> set[int]:
