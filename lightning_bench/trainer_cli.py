@@ -150,7 +150,7 @@ class LightningBenchCLI(LightningCLI):
         from lightning_bench.results.recorder import ResultsRecorder
 
         cfg = self.config[self.subcommand] if self.subcommand else self.config
-        precision, note = precision_for_bits(cfg.bits, str(cfg.trainer.accelerator))
+        precision, note = precision_for_bits(cfg.bits, str(cfg.trainer.accelerator), self.subcommand or "fit")
         if cfg.trainer.precision not in (None, precision):
             raise ConfigError(f"--trainer.precision {cfg.trainer.precision} contradicts --bits {cfg.bits}; "
                               "set precision with --bits only")

@@ -141,7 +141,9 @@ class LMDataModule(L.LightningDataModule):
             apart) or `document_rolling` (lm-eval's rolling windows per document).
         eval_stride: token_windows stride (default = seq_len: disjoint windows); < seq_len slides.
         rolling_context: document_rolling context_len (lm-eval default 1).
-        document_split: how a split is cut into documents (auto, wikitext_articles, lines, blank_lines, whole).
+        document_split: how a split is cut into documents (auto, wikitext_articles, lines, blank_lines,
+            whole), or `jsonl`: the file is JSON lines, one document per object (auto for `*.jsonl`).
+        text_field: the field of each JSON-lines object that holds its document (default `text`).
         eval_max_documents: evaluate on the first N documents only (a subset, recorded as such).
         use_hub / hub_id / hub_config / max_documents: HF hub loading (needs network).
     """
@@ -163,6 +165,7 @@ class LMDataModule(L.LightningDataModule):
         eval_stride: Optional[int] = None,
         rolling_context: int = 1,
         document_split: str = "auto",
+        text_field: str = "text",
         eval_max_documents: Optional[int] = None,
         use_hub: bool = False,
         hub_id: Optional[str] = None,
@@ -221,7 +224,7 @@ class LMDataModule(L.LightningDataModule):
             self.splits[split] = load_split(
                 self.source, split, path=hp.path, split_path=self._split_path(split),
                 document_split=hp.document_split, use_hub=hp.use_hub, hub_id=hp.hub_id,
-                hub_config=hp.hub_config, max_documents=hp.max_documents)
+                hub_config=hp.hub_config, max_documents=hp.max_documents, text_field=hp.text_field)
         return self.splits[split]
 
     def _resolve_tokenizer_spec(self) -> tuple[str, dict]:
@@ -260,6 +263,11 @@ class LMDataModule(L.LightningDataModule):
     def _hold_out_validation(self):
         """Cut the last `val_fraction` of the train text (at a line boundary) into a validation split."""
         train = self.splits["train"]
+        if train.document_split == "jsonl":  # given as documents: hold out whole ones, never cut one in two
+            from lightning_bench.data.sources import hold_out_documents
+
+            self.splits["train"], self.splits["validation"] = hold_out_documents(train, self.hparams.val_fraction)
+            return
         cut = train.text.rfind("\n", 0, int(len(train.text) * (1 - self.hparams.val_fraction)))
         if cut <= 0:
             raise ConfigError("the train split is too short to hold out validation; pass --data.val_path")
@@ -290,6 +298,8 @@ class LMDataModule(L.LightningDataModule):
         text = self._eval_text(split) if split != "train" else self._load(split)
         key = cache_key(origin=text.origin, sha256=text.sha256, tokenizer=self.tokenizer.identity, kind=kind,
                         n_docs=len(text.documents))
+        if kind == "documents":  # the documents' own digest: a change in how they are cut is a new key
+            key = cache_key(key=key, documents=text.documents_sha256)
 
         def compute():
             if kind == "stream":
@@ -333,7 +343,10 @@ class LMDataModule(L.LightningDataModule):
         if self._train_loader is not None and self._train_position:  # built first (restore after setup)
             self._train_loader.load_state_dict(self._train_position)
 
-    def _eval_loader(self, split: str):
+    def _eval_loader(self, split: str, by_length: bool = True):
+        """Batches of scoring windows. `by_length`: longest first, so each batch holds windows of
+        similar length and little padding is computed (a sum over windows does not depend on their
+        order); predict keeps the text's order, since it returns per-window outputs."""
         hp = self.hparams
         prefix = self.tokenizer.prefix_id
         if hp.eval_protocol == "token_windows":
@@ -343,6 +356,8 @@ class LMDataModule(L.LightningDataModule):
             docs = self._tokens(split, "documents")
             windows = (w for i, d in enumerate(docs)
                        for w in rolling_windows(d.tolist(), prefix, self.seq_len, hp.rolling_context, i))
+        if by_length:
+            windows = sorted(windows, key=lambda w: -len(w.input_ids))  # stable: ties keep text order
         return DataLoader(WindowDataset(windows), batch_size=hp.eval_batch_size or hp.batch_size,
                           collate_fn=pad_collate, num_workers=hp.num_workers)
 
@@ -355,7 +370,7 @@ class LMDataModule(L.LightningDataModule):
         return self._eval_loader("test")
 
     def predict_dataloader(self):
-        return self._eval_loader("test")
+        return self._eval_loader("test", by_length=False)
 
     # ---- what the evaluation needs to turn summed NLL into every reported unit ----------------
     def eval_units(self, split: str) -> dict:

@@ -27,6 +27,7 @@ from torch import nn
 from torchmetrics import SumMetric
 
 from lightning_bench.errors import ConfigError, DivergedError
+from lightning_bench.evaluation.token_nll import head_nll, logits_nll
 from lightning_bench.evaluation.windows import IGNORE_INDEX
 from lightning_bench.models.sequence_head import SequenceHead, last_token_pool
 from lightning_bench.profiling.flops import AnalyticFlops
@@ -224,19 +225,67 @@ class LanguageModule(L.LightningModule):
                                 "lower --model.learning_rate or raise --model.warmup_steps", "train/loss", value, step)
 
     # ---- evaluation: sum NLL over scored tokens, turn into every unit at the end ---------------
+    def output_head(self) -> Optional[nn.Module]:
+        """The module mapping `hidden_states` to logits (None: unknown). Default: a transformers model's
+        output embeddings."""
+        get = getattr(self.net, "get_output_embeddings", None)
+        return get() if callable(get) else None
+
+    def _check_head_fusion(self) -> None:
+        """Decide at the start of each evaluation whether it may fuse the output head with the loss
+        (evaluation/token_nll.py): only when the head is a plain Linear AND the network's logits on a
+        short probe equal head(hidden_states) (a family that scales or soft-caps its logits, or adds
+        anything after the head, fails the probe and keeps the logits path)."""
+        head = self.output_head() if self.net is not None else None
+        fusable = type(head) is nn.Linear
+        if fusable:
+            device = head.weight.device
+            probe = (torch.arange(1, 9, device=device) % head.out_features)[None]
+            with torch.no_grad():
+                reference = self.network_forward(probe).logits.float()
+                fused = F.linear(self.hidden_states(probe), head.weight, head.bias).float()
+            tol = 1e-4 if head.weight.dtype == torch.float32 else 2e-2
+            fusable = reference.shape == fused.shape and torch.allclose(reference, fused, rtol=tol,
+                                                                        atol=tol * float(reference.abs().max()))
+        self._fused_head = head if fusable else None
+        weights = str(head.weight.dtype if head is not None else next(self.net.parameters()).dtype).replace("torch.", "")
+        self.eval_path = {"nll": "output head fused with the loss (vocabulary slices)" if fusable
+                          else "logits, then logsumexp - target logit", "head_weights": weights}
+        if weights == "bfloat16":  # how fast bf16 is depends on the hardware: say what this one has
+            from lightning_bench.quantization.precision import bf16_support
+
+            self.eval_path["bf16"] = bf16_support(head is not None and head.weight.is_cuda)
+
+    def _prepare_eval(self) -> None:
+        # a bf16-true run casts the whole module, the sums' states too (1,508 tokens would count as
+        # 1,504): they go back to float64 before any batch is added
+        for metric in (*self.eval_nll.values(), *self.eval_tokens.values()):
+            metric.set_dtype(torch.float64)
+        self._check_head_fusion()
+
+    def on_validation_epoch_start(self) -> None:
+        self._prepare_eval()
+
+    def on_test_epoch_start(self) -> None:
+        self._prepare_eval()
+
     def _eval_step(self, batch, stage: str):
         labels = batch["labels"]
-        # sliding windows score only their tail: the output head (vocab-sized, often the largest
-        # matmul) runs only at positions some window in the batch scores
-        keep = (labels != IGNORE_INDEX).any(0).nonzero().squeeze(1)
-        if len(keep) == labels.shape[1]:
-            keep = None
-        logits = self.lm_forward(batch["input_ids"], logits_to_keep=keep).logits
-        labels = labels if keep is None else labels[:, keep]
-        nll = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX,
-                              reduction="sum")
-        self.eval_nll[stage].update(nll.double())
-        self.eval_tokens[stage].update((labels != IGNORE_INDEX).sum().double())
+        scored = labels != IGNORE_INDEX
+        head = getattr(self, "_fused_head", None) if self.active_eviction is None else None
+        if head is not None:
+            # only scored positions go through the head (sliding windows score only their tail)
+            hidden = self.hidden_states(batch["input_ids"])[scored]
+            nll = head_nll(hidden, head.weight, head.bias, labels[scored])
+        else:
+            # the output head runs only at positions some window in the batch scores
+            keep = scored.any(0).nonzero().squeeze(1)
+            if len(keep) == labels.shape[1]:
+                keep = None
+            logits = self.lm_forward(batch["input_ids"], logits_to_keep=keep).logits
+            nll = logits_nll(logits, labels if keep is None else labels[:, keep])
+        self.eval_nll[stage].update(nll.sum(dtype=torch.float64))
+        self.eval_tokens[stage].update(scored.sum().double())
 
     def validation_step(self, batch, batch_idx):
         if batch.get("kind") == "classification":

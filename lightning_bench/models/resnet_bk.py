@@ -86,6 +86,9 @@ class ResNetBKLM(LanguageModule):
         # aux loss is dropped: fine-tuning trains on the task loss alone, as for every family
         return self.net.hidden_states(input_ids)[0]
 
+    def output_head(self):
+        return self.net.lm_head
+
     @property
     def hidden_size(self) -> int:
         return self.net.config.d_model

@@ -1,8 +1,15 @@
 """`--bits` -> what Lightning should run with.
 
-32 is fp32; 16 is mixed precision, bf16 wherever the hardware has it (CPU autocast always does),
-else fp16 with loss scaling. 8 and 4 run fp32 arithmetic around quantized weights: fake-quant (QAT)
-during fit, real bitsandbytes modules for evaluation (lightning_bench.quantization).
+32 is fp32. 16 is bf16 wherever the hardware has it (CPU always can), else fp16:
+  fit:                  mixed precision (autocast; fp32 master weights, so updates are not lost to
+                        bf16 rounding; fp16 adds loss scaling);
+  test/validate/predict: bf16 *weights* ("bf16-true"): nothing is trained, so the fp32 copy would
+                        only cost memory and the autocast casts of every weight on every call.
+  Whether the CPU has native bf16 matrix units (AVX512-BF16 / AMX) decides how fast bf16 is there;
+  without them oneDNN emulates bf16 and it is several times SLOWER than fp32. The note says which,
+  and `bf16_support()` gives it for the record.
+8 and 4 run fp32 arithmetic around quantized weights: fake-quant (QAT) during fit, real low-bit
+modules for evaluation (lightning_bench.quantization).
 """
 
 from __future__ import annotations
@@ -12,9 +19,20 @@ import torch
 from lightning_bench.errors import ConfigError
 
 SUPPORTED_BITS = (32, 16, 8, 4)
+EVAL_SUBCOMMANDS = ("test", "validate", "predict")
 
 
-def precision_for_bits(bits: int, accelerator: str = "auto") -> tuple[str, str]:
+def bf16_support(on_cuda: bool = False) -> dict:
+    """Whether this device computes bf16 matmuls natively (else emulated, slower than fp32 on CPU)."""
+    if on_cuda:
+        return {"device": "cuda", "native_bf16": bool(torch.cuda.is_bf16_supported())}
+    amx = bool(torch.cpu._is_amx_tile_supported())
+    avx512_bf16 = bool(torch.cpu._is_avx512_bf16_supported())
+    return {"device": "cpu", "native_bf16": amx or avx512_bf16, "amx": amx, "avx512_bf16": avx512_bf16,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
+def precision_for_bits(bits: int, accelerator: str = "auto", subcommand: str = "fit") -> tuple[str, str]:
     """(Lightning precision string, one-line explanation for the log and the record)."""
     if bits not in SUPPORTED_BITS:
         raise ConfigError(f"--bits {bits} is not supported; valid: {', '.join(map(str, SUPPORTED_BITS))}")
@@ -29,6 +47,14 @@ def precision_for_bits(bits: int, accelerator: str = "auto") -> tuple[str, str]:
         return "32-true", (f"{bits}-bit: fit = quantization-aware training of Linear weights ({kind} fake-quant, "
                            f"straight-through; fp32 latent weights); validate/test = bitsandbytes {module}")
     on_cuda = accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
-    if not on_cuda or torch.cuda.is_bf16_supported():
-        return "bf16-mixed", f"bf16 mixed precision (autocast on {'CUDA' if on_cuda else 'CPU'}; fp32 weights)"
-    return "16-mixed", "fp16 mixed precision with loss scaling (this GPU has no bf16)"
+    support = bf16_support(on_cuda)
+    if on_cuda and not support["native_bf16"]:
+        return "16-mixed", "fp16 mixed precision with loss scaling (this GPU has no bf16)"
+    where = "CUDA" if on_cuda else "CPU"
+    speed = "" if support["native_bf16"] else (
+        f"; WARNING: this CPU ({support['cpu_capability']}) has no native bf16 (no AVX512-BF16/AMX): bf16 matmuls "
+        "are emulated and run several times slower than --bits 32")
+    if subcommand in EVAL_SUBCOMMANDS:
+        return "bf16-true", (f"bf16 weights and activations on {where} (evaluation only: no fp32 master copy; "
+                             f"log-probabilities in fp32){speed}")
+    return "bf16-mixed", f"bf16 mixed precision (autocast on {where}; fp32 weights){speed}"

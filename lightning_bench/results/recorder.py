@@ -246,7 +246,8 @@ class ResultsRecorder(L.Callback):
             return
         seconds = time.perf_counter() - self._eval_t0
         record = {"status": "completed", "metrics": metrics, "eval_time": seconds,
-                  "scored_tokens_per_sec": metrics["scored_tokens"] / seconds if seconds > 0 else None}
+                  "scored_tokens_per_sec": metrics["scored_tokens"] / seconds if seconds > 0 else None,
+                  "eval_path": getattr(pl_module, "eval_path", None)}
         self._write(trainer, pl_module, stage, record, split="validation" if key == "val" else "test")
 
     # ---- the record -----------------------------------------------------------------------
