@@ -245,9 +245,12 @@ class LanguageModule(L.LightningModule):
                 reference = self.network_forward(probe).logits.float()
                 fused = F.linear(self.hidden_states(probe), head.weight, head.bias).float()
             tol = 1e-4 if head.weight.dtype == torch.float32 else 2e-2
-            fusable = reference.shape == fused.shape and torch.allclose(reference, fused, rtol=tol,
-                                                                        atol=tol * float(reference.abs().max()))
-        self._fused_head = head if fusable else None
+            # equal_nan: a diverged network is still scored (its NaN sum raises DivergedError at epoch end)
+            scale = float(reference.nan_to_num(0.0, 0.0, 0.0).abs().max())
+            fusable = reference.shape == fused.shape and torch.allclose(reference, fused, rtol=tol, atol=tol * scale,
+                                                                        equal_nan=True)
+        # a tuple, not an attribute: an nn.Module attribute would be registered (a state_dict key)
+        self._fused_head = (head,) if fusable else ()
         weights = str(head.weight.dtype if head is not None else next(self.net.parameters()).dtype).replace("torch.", "")
         self.eval_path = {"nll": "output head fused with the loss (vocabulary slices)" if fusable
                           else "logits, then logsumexp - target logit", "head_weights": weights}
@@ -272,8 +275,9 @@ class LanguageModule(L.LightningModule):
     def _eval_step(self, batch, stage: str):
         labels = batch["labels"]
         scored = labels != IGNORE_INDEX
-        head = getattr(self, "_fused_head", None) if self.active_eviction is None else None
-        if head is not None:
+        fused = getattr(self, "_fused_head", ()) if self.active_eviction is None else ()
+        if fused:
+            head = fused[0]
             # only scored positions go through the head (sliding windows score only their tail)
             hidden = self.hidden_states(batch["input_ids"])[scored]
             nll = head_nll(hidden, head.weight, head.bias, labels[scored])

@@ -204,7 +204,7 @@ def _modeling_mamba():
 @functools.lru_cache(maxsize=None)
 def supports_installed_transformers() -> bool:
     """True if transformers' MambaMixer has the layout `fast_slow_forward` reproduces (5.x: one
-    `forward(hidden_states, cache_params, attention_mask, **kwargs)` calling the module functions
+    `forward(hidden_states, cache_params | cache, attention_mask, **kwargs)` calling the module functions
     `mamba_inner_fn` / `causal_conv1d_fn` / `mamba_selective_scan`; no `slow_forward`)."""
     try:
         mm = _modeling_mamba()
@@ -215,8 +215,17 @@ def supports_installed_transformers() -> bool:
     needed = ("mamba_inner_fn", "mamba_selective_scan", "causal_conv1d_fn", "apply_mask_to_padding_states")
     if not all(hasattr(mm, name) for name in needed):
         return False
+    return _cache_argument(mm) is not None
+
+
+def _cache_argument(mm) -> Optional[str]:
+    """The name MambaMixer.forward gives its cache: `cache_params` (transformers <= 5.23) or `cache`
+    (5.24 renamed it); None for any other signature."""
     params = list(inspect.signature(mm.MambaMixer.forward).parameters)
-    return params == ["self", "hidden_states", "cache_params", "attention_mask", "kwargs"]
+    for name in ("cache_params", "cache"):
+        if params == ["self", "hidden_states", name, "attention_mask", "kwargs"]:
+            return name
+    return None
 
 
 def selective_scan(hidden_states, dt, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
@@ -269,16 +278,18 @@ def use_transformers_forward(mixer: nn.Module, hidden_states: torch.Tensor, cach
 
 
 def fast_slow_forward(mixer: nn.Module, hidden_states: torch.Tensor, cache_params=None,
-                      attention_mask: Optional[torch.Tensor] = None, **kwargs) -> torch.Tensor:
+                      attention_mask: Optional[torch.Tensor] = None, cache=None, **kwargs) -> torch.Tensor:
     """`MambaMixer.forward` with the selective scan done by `linear_scan`; same signature.
 
     Reproduces the installed transformers' forward for `cache_params=None` (training and eval),
     attention_mask included (padding positions zeroed before in_proj and after the conv, as there);
     anything else is handed to the original `type(mixer).forward`.
     """
+    cache_params = cache if cache is not None else cache_params  # either name (see _cache_argument)
     if use_transformers_forward(mixer, hidden_states, cache_params, kwargs):
-        return type(mixer).forward(mixer, hidden_states, cache_params=cache_params,
-                                   attention_mask=attention_mask, **kwargs)
+        name = _cache_argument(_modeling_mamba()) or "cache_params"
+        return type(mixer).forward(mixer, hidden_states, attention_mask=attention_mask,
+                                   **{name: cache_params}, **kwargs)
     return _parallel_forward(mixer, hidden_states, attention_mask)
 
 
