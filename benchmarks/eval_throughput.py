@@ -118,12 +118,18 @@ def main():
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
-        cli = {bits: run_cli(args.model, args.documents, args.seq_len, args.batch_size, bits, Path(tmp))
+        cli = {bits: run_cli(args.model, args.documents, args.seq_len, args.batch_size, bits, Path(tmp) / "a")
                for bits in args.bits}
-    first = next(iter(cli.values()))["record"]
-    data_args = dict(first["config"]["data"]["init_args"], tokenizer=args.model)
-    data_args["test_path"] = str((ROOT / data_args["test_path"]).resolve())
-    ours = in_process(args.model, data_args)
+        first = next(iter(cli.values()))["record"]
+        data_args = dict(first["config"]["data"]["init_args"], tokenizer=args.model)
+        data_args["test_path"] = str((ROOT / data_args["test_path"]).resolve())
+        ours = in_process(args.model, data_args)
+        if 32 in cli:  # the CLI cannot be interleaved with the in-process passes: run it on both sides of them
+            again = run_cli(args.model, args.documents, args.seq_len, args.batch_size, 32, Path(tmp) / "b")
+            before, after = (r["record"]["scored_tokens_per_sec"] for r in (cli[32], again))
+            print(f"lightning_bench test --bits 32: {before:.1f} tokens/s before the in-process passes, "
+                  f"{after:.1f} after; the table uses their mean")
+            cli[32]["record"]["scored_tokens_per_sec"] = (before + after) / 2
     scored = ours["scored"]
     for bits, run in cli.items():
         assert run["record"]["metrics"]["scored_tokens"] == scored, (bits, run["record"]["metrics"], scored)
