@@ -78,9 +78,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 import lightning as L
+
+from lightning_bench.models.base import decay_groups
 
 # part name -> (CLI arguments that remove it, callback class names taken out of trainer.callbacks)
 PARTS = {
@@ -371,12 +372,7 @@ class PlainLoop:
         model.train()
         self.initial_state, self.seed = initial_state, seed
         hp = model.hparams
-        embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-        decay, no_decay = [], []
-        for p in model.parameters():
-            if p.requires_grad:
-                exempt = p.ndim < 2 or id(p) in embeddings or getattr(p, "_no_weight_decay", False)
-                (no_decay if exempt else decay).append(p)
+        decay, no_decay = decay_groups(model)  # the fit's own grouping (LanguageModule.configure_optimizers)
         self.optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": hp.weight_decay},
                                             {"params": no_decay, "weight_decay": 0.0}], lr=hp.learning_rate,
                                            betas=tuple(hp.betas))

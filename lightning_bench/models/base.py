@@ -376,13 +376,7 @@ class LanguageModule(L.LightningModule):
     # ---- optimisation ---------------------------------------------------------------------
     def configure_optimizers(self):
         hp = self.hparams
-        embeddings = {id(m.weight) for m in self.modules() if isinstance(m, nn.Embedding)}
-        decay, no_decay = [], []
-        for p in self.parameters():
-            if p.requires_grad:
-                # `_no_weight_decay` is mamba-ssm's flag (e.g. the SSM's A_log and D): honoured for every family
-                exempt = p.ndim < 2 or id(p) in embeddings or getattr(p, "_no_weight_decay", False)
-                (no_decay if exempt else decay).append(p)
+        decay, no_decay = decay_groups(self)
         if self.optimizer_8bit:  # --optimizer_8bit (use_8bit_optimizer)
             from lightning_bench.quantization.export import adamw8bit as adamw
         else:
@@ -404,6 +398,18 @@ class LanguageModule(L.LightningModule):
                   if isinstance(m, nn.Linear)}
         total = sum(packed.get(id(p), p.numel()) for p in self.net.parameters())
         return {"total": total, "embedding": embedding, "non_embedding": total - embedding}
+
+
+def decay_groups(module: nn.Module) -> tuple[list, list]:
+    """(parameters with weight decay, without): matrices decay; norms, biases and embeddings do not."""
+    embeddings = {id(m.weight) for m in module.modules() if isinstance(m, nn.Embedding)}
+    decay, no_decay = [], []
+    for p in module.parameters():
+        if p.requires_grad:
+            # `_no_weight_decay` is mamba-ssm's flag (e.g. the SSM's A_log and D): honoured for every family
+            exempt = p.ndim < 2 or id(p) in embeddings or getattr(p, "_no_weight_decay", False)
+            (no_decay if exempt else decay).append(p)
+    return decay, no_decay
 
 
 def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float:
