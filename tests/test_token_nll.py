@@ -1,6 +1,8 @@
 """The evaluation's NLL routes (fused head + loss, logits) against float64 cross-entropy; which route a
 model gets; bf16 weights; windows sorted by length."""
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -121,3 +123,28 @@ def test_eval_windows_sorted_by_length_predict_in_text_order(tiny_corpus):
     in_order = [w["input_ids"].tolist() for w in dm.predict_dataloader().dataset]
     assert sorted(in_order, key=len, reverse=True) == [w["input_ids"].tolist() for w in dm.test_dataloader().dataset]
     assert [len(w) for w in in_order] != lengths  # the text's order: a short first window leads a document
+
+
+def test_cli_bits16_evaluates_bf16_weights_dense_and_under_eviction(tiny_corpus, capsys, tmp_path):
+    import json
+
+    from tests.test_cli import QUIET, TINY_MODEL, run
+
+    def test(*extra):
+        code, _, err = run(["test", *TINY_MODEL, "--model.max_seq_len", "64", "--data", "text", "--data.path",
+                            str(tiny_corpus), "--data.seq_len", "32", *QUIET, "--results_dir", "r", *extra], capsys)
+        assert code in (0, None), err
+        return err
+
+    test("--bits", "32")
+    err = test("--bits", "16")
+    assert "bf16 weights" in err  # the note says which path, and whether this CPU has native bf16
+    test("--bits", "16", "--sparsity", "h2o", "--sparsity.ratio", "0.5")
+    base = tmp_path / "r" / "transformer_tiny_corpus_seq32_bits"
+    fp32, bf16 = (json.loads(Path(f"{base}{b}_test.json").read_text()) for b in (32, 16))
+    evicted = json.loads(Path(f"{base}16_test_h2o_s0.5.json").read_text())
+    assert bf16["eval_path"]["head_weights"] == "bfloat16" and fp32["eval_path"]["head_weights"] == "float32"
+    assert bf16["metrics"]["scored_tokens"] == fp32["metrics"]["scored_tokens"] == evicted["metrics"]["scored_tokens"]
+    assert bf16["metrics"]["loss"] == pytest.approx(fp32["metrics"]["loss"], rel=2e-2)
+    assert bf16["model_size_mb"] == pytest.approx(fp32["model_size_mb"] / 2, rel=1e-3)  # bf16 weights are stored
+    assert evicted["eval_path"]["nll"].startswith("output head fused")  # decided at start; eviction -> logits route

@@ -262,7 +262,8 @@ class LanguageModule(L.LightningModule):
                                                                         equal_nan=True)
         # a tuple, not an attribute: an nn.Module attribute would be registered (a state_dict key)
         self._fused_head = (head,) if fusable else ()
-        weights = str(head.weight.dtype if head is not None else next(self.net.parameters()).dtype).replace("torch.", "")
+        some_weight = head.weight if head is not None else next(iter(self.parameters()), None)
+        weights = str(some_weight.dtype if some_weight is not None else None).replace("torch.", "")
         self.eval_path = {"nll": "output head fused with the loss (vocabulary slices)" if fusable
                           else "logits, then logsumexp - target logit", "head_weights": weights}
         if weights == "bfloat16":  # how fast bf16 is depends on the hardware: say what this one has

@@ -201,7 +201,8 @@ class _Attention:
         scores[..., end - c:].masked_fill_(above, float("-inf"))
         if self.hidden is not None:
             scores.masked_fill_(self.hidden[..., :end], float("-inf"))
-        probs = torch.softmax(scores, dim=-1)
+        # fp32 statistics whatever the model's dtype (bf16 under --bits 16), as eager attention's softmax
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
         if self.hidden is not None:
             probs.nan_to_num_(0.0)  # a padding query may see nothing but padding
         if zero_padding_rows and self.qvalid is not None:
@@ -222,7 +223,7 @@ class _Attention:
             hi = min(q, lo + step)
             c, end = hi - lo, S - q + hi
             probs = self.probabilities(lo, hi, zero_padding_rows=False).view(B, Hkv, G * c, end)
-            counted = torch.ones(B, 1, c, device=cum.device) if self.qvalid is None \
+            counted = torch.ones(B, 1, c, dtype=torch.float32, device=cum.device) if self.qvalid is None \
                 else self.qvalid[:, None, lo:hi].float()  # padding queries weigh 0
             counted = counted.expand(B, Hkv, c).repeat(1, 1, G)  # rows are (query head, query) pairs
             if not two_hop:
