@@ -17,7 +17,14 @@
                     low bit (`load_pretrained_lowbit`, BitsAndBytesConfig first).
     callback.size(pl_module) -> size_breakdown of the low-bit model (of an exported copy while the
                     network is still fake-quant), for the record's model_size_mb.
-    callback.report          -> dict describing what was done (plan / export path / layers kept fp32).
+    callback.report          -> dict describing what was done (plan / export path / layers kept fp32 /
+                    `kernel`: the forward the low-bit layers ran, `kernel_calls`: calls per kernel).
+
+On CPU the bitsandbytes modules get a fast forward (`cpu_lowbit`): their class is swapped in place to
+a subclass computing the same function from the same stored tensors (int8: exact W8A8 vector-wise,
+integer accumulation in an fp32 GEMM; nf4: table dequantization + fp32 GEMM). Off CPU, in train mode
+or for other settings the subclass runs bitsandbytes' forward. QuantizationCallback(cpu_kernel=
+"bitsandbytes") (or LB_CPU_KERNEL=bitsandbytes) keeps bitsandbytes' forward for parity checks.
 
 What is specific to a model family (layers kept fp32, activations to fake-quantize, loading a
 checkpoint directly in low bit) comes from the model: `quantizable_layers()`, `load_quantized()`.
@@ -26,6 +33,8 @@ checkpoint directly in low bit) comes from the model: `quantizable_layers()`, `l
 from __future__ import annotations
 
 from lightning_bench.quantization.callback import QuantizationCallback
+from lightning_bench.quantization.cpu_lowbit import (CPU_KERNELS, kernel_counts, kernel_name, set_cpu_kernel,
+                                                     use_bitsandbytes_kernels, use_cpu_kernels, uses_cpu_kernels)
 from lightning_bench.quantization.export import (ExportReport, adamw8bit, dequantized_weight,
                                                  export_lowbit, exported_size, is_exported, load_pretrained_lowbit,
                                                  size_breakdown)
@@ -47,4 +56,7 @@ __all__ = [
     # low-bit modules, size, optimizer
     "ExportReport", "export_lowbit", "exported_size", "is_exported", "dequantized_weight",
     "load_pretrained_lowbit", "size_breakdown", "adamw8bit",
+    # fast CPU forward of the low-bit modules
+    "CPU_KERNELS", "use_cpu_kernels", "use_bitsandbytes_kernels", "uses_cpu_kernels", "set_cpu_kernel",
+    "kernel_name", "kernel_counts",
 ]

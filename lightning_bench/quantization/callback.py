@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from typing import Optional, Sequence
 
 import lightning as L
 
 from lightning_bench.errors import ConfigError
+from lightning_bench.quantization.cpu_lowbit import CPU_KERNEL_ENV, CPU_KERNELS, kernel_counts, kernel_name, set_cpu_kernel
 from lightning_bench.quantization.export import (EXPORT_METHODS, ExportReport, export_lowbit, exported_size,
                                                  is_exported, size_breakdown)
 from lightning_bench.quantization.fake_quant import (DEFAULT_SKIP_MODULES, SUPPORTED_BITS, activation_quant_bits,
@@ -30,6 +32,12 @@ class QuantizationCallback(L.Callback):
             arithmetic, fails on some shapes); off = dequantize to fp32 and matmul.
         hf_method: how a pretrained HF model is loaded for evaluation ("auto", "bitsandbytes_config",
             "export"; see load_pretrained_lowbit).
+        cpu_kernel: which forward the low-bit modules run on CPU: "auto" (default: `cpu_lowbit`'s fast
+            kernels, the same function from the same stored tensors; bitsandbytes' own forward off
+            CPU) or "bitsandbytes" (bitsandbytes' forward everywhere, for parity checks); None (default):
+            the environment variable LB_CPU_KERNEL, else "auto" (so `LB_CPU_KERNEL=bitsandbytes
+            lightning_bench test --bits 8` forces bitsandbytes from the command line). The record's
+            `quantization.kernel` names what ran and `quantization.kernel_calls` counts the calls.
         load_hf_lowbit: load a pretrained model (one whose `load_quantized` can) for validate/test
             directly in low bit. Set it False
             when a checkpoint (fine-tuned weights) will be restored into it: then the fp32 network is
@@ -41,15 +49,20 @@ class QuantizationCallback(L.Callback):
 
     def __init__(self, bits: int, skip_modules: Sequence[str] = DEFAULT_SKIP_MODULES, incompatible: str = "error",
                  act_bits: Optional[int] = 8, int8_threshold: float = 0.0, cpu_bf16_kernel: bool = False,
-                 hf_method: str = "auto", load_hf_lowbit: bool = True):
+                 hf_method: str = "auto", load_hf_lowbit: bool = True, cpu_kernel: Optional[str] = None):
         if bits not in SUPPORTED_BITS:
             raise ConfigError(f"QuantizationCallback handles bits 8 or 4, not {bits}")
         if hf_method not in EXPORT_METHODS:
             raise ConfigError(f"unknown low-bit loading method {hf_method!r}; valid: {', '.join(EXPORT_METHODS)}")
         self.bits, self.skip_modules, self.incompatible = bits, tuple(skip_modules), incompatible
         self.act_bits, self.int8_threshold, self.cpu_bf16_kernel = act_bits, int8_threshold, cpu_bf16_kernel
-        self.hf_method, self.load_hf_lowbit = hf_method, load_hf_lowbit
+        if cpu_kernel is None:
+            cpu_kernel = os.environ.get(CPU_KERNEL_ENV) or "auto"
+        if cpu_kernel not in CPU_KERNELS:
+            raise ConfigError(f"unknown cpu_kernel {cpu_kernel!r}; valid: {', '.join(CPU_KERNELS)}")
+        self.hf_method, self.load_hf_lowbit, self.cpu_kernel = hf_method, load_hf_lowbit, cpu_kernel
         self.report: dict = {"bits": bits}
+        self._calls_at_start: dict = {}
         self._qat_fit = False  # a fit with QAT ran: validations keep evaluating the fake-quant model
 
     def _options(self, pl_module) -> dict:
@@ -69,19 +82,33 @@ class QuantizationCallback(L.Callback):
             vocab = getattr(getattr(trainer, "datamodule", None), "vocab_size", None)
             report = pl_module.load_quantized(self.bits, vocab, method=self.hf_method,
                                               int8_threshold=self.int8_threshold, cpu_bf16_kernel=self.cpu_bf16_kernel,
-                                              skip_modules=self.skip_modules, incompatible=self.incompatible)
+                                              skip_modules=self.skip_modules, incompatible=self.incompatible,
+                                              cpu_kernel=self.cpu_kernel)
             if report is not None:
                 self._set_export_report(report)
 
     # ---- validate / test ---------------------------------------------------------------------
     def _export(self, trainer, pl_module) -> None:
-        if trainer.state.fn == "fit" or pl_module.net is None or is_exported(pl_module.net):
+        if trainer.state.fn == "fit" or pl_module.net is None:
+            return
+        if is_exported(pl_module.net):  # loaded in low bit (setup) or exported by an earlier stage
+            self._set_kernel(pl_module)
             return
         if self._qat_fit and trainer.state.fn == "validate":
             return  # the final validation of a fit: same (fake-quant) model as the rest of its curve
         report = export_lowbit(pl_module.net, self.bits, act_bits=self.act_bits, int8_threshold=self.int8_threshold,
-                               cpu_bf16_kernel=self.cpu_bf16_kernel, **self._options(pl_module))
+                               cpu_bf16_kernel=self.cpu_bf16_kernel, cpu_kernel=self.cpu_kernel,
+                               **self._options(pl_module))
         self._set_export_report(report)
+        self._set_kernel(pl_module)
+
+    def _set_kernel(self, pl_module) -> None:
+        """(Re)apply the cpu_kernel choice (a network exported elsewhere too) and name the kernel for
+        the device the evaluation runs on; start counting calls."""
+        if not self.cpu_bf16_kernel:
+            set_cpu_kernel(pl_module.net, self.cpu_kernel)
+        self.report["kernel"] = kernel_name(pl_module.net, pl_module.device)
+        self._calls_at_start = kernel_counts()
 
     def _set_export_report(self, report: ExportReport) -> None:
         info = report.as_dict()
@@ -112,4 +139,7 @@ class QuantizationCallback(L.Callback):
         size = self.size(pl_module)
         if size is None:
             return {}
+        if self.report.get("mode") == "lowbit":
+            calls = {k: n - self._calls_at_start.get(k, 0) for k, n in kernel_counts().items()}
+            self.report["kernel_calls"] = {k: n for k, n in calls.items() if n}
         return {"model_size_mb": size["total_mb"], "model_size": size, "quantization": self.report}

@@ -13,6 +13,10 @@ export_lowbit replaces each planned `nn.Linear` (see `fake_quant.plan_quantizati
           default (`cpu_bf16_kernel=False`): it computes in bf16 and crashes on some shapes.
 The latent fp32 weight (the QAT parametrization is removed first) is what gets quantized, so a QAT
 checkpoint, a plain fp32 checkpoint and a pretrained model all export the same way.
+
+On CPU, bitsandbytes' own forwards are slow (generic Python backend); `cpu_kernel="auto"` (default)
+swaps the modules, in place, to subclasses with a fast CPU forward computing the same function from
+the same stored tensors (`cpu_lowbit`); `cpu_kernel="bitsandbytes"` keeps bitsandbytes' forward.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import torch
 from torch import nn
 
 from lightning_bench.errors import ConfigError
+from lightning_bench.quantization.cpu_lowbit import CPU_KERNELS, kernel_name, set_cpu_kernel
 from lightning_bench.quantization.fake_quant import (DEFAULT_SKIP_MODULES, NF4_BLOCKSIZE, QuantizableLayers,
                                                      QuantPlan, attach_activation_quant, check_bits,
                                                      fake_quant_weight, is_lowbit, plan_quantization, qat_bits,
@@ -69,6 +74,8 @@ class ExportReport:
     max_dequant_error: max |stored weight dequantized - fake-quant(latent weight)| over the exported
         layers (0.0 = the modules hold exactly what QAT trained; None when not checked).
     scheme: what the low-bit modules compute with, weights AND activations (`lowbit_scheme`).
+    kernel: the forward the low-bit layers run where their weights are ("cpu_int8_exact_sgemm",
+        "cpu_nf4_lut_sgemm" on CPU with cpu_kernel="auto"; "bitsandbytes" otherwise; cpu_lowbit).
     """
 
     bits: int
@@ -80,9 +87,11 @@ class ExportReport:
     fallback_reason: Optional[str] = None
     size: dict = field(default_factory=dict)
     scheme: str = ""
+    kernel: Optional[str] = None
 
     def as_dict(self) -> dict:
-        return {"bits": self.bits, "path": self.path, "scheme": self.scheme, "quantized_layers": len(self.quantized),
+        return {"bits": self.bits, "path": self.path, "scheme": self.scheme, "kernel": self.kernel,
+                "quantized_layers": len(self.quantized),
                 "kept_fp32": dict(self.kept_fp32), "act_bits": self.act_bits,
                 "max_dequant_error": self.max_dequant_error, "fallback_reason": self.fallback_reason,
                 "size": dict(self.size)}
@@ -130,8 +139,14 @@ def _refuse_float_weight(module, state_dict, prefix, local_metadata, strict, mis
                           "for a checkpoint of a pretrained HF model)")
 
 
-def _finish_lowbit(net: nn.Module, cpu_bf16_kernel: bool) -> None:
-    """Settings every low-bit module of ours gets, whichever path made it."""
+def _check_cpu_kernel(cpu_kernel: str) -> None:
+    if cpu_kernel not in CPU_KERNELS:
+        raise ConfigError(f"unknown cpu_kernel {cpu_kernel!r}; valid: {', '.join(CPU_KERNELS)}")
+
+
+def _finish_lowbit(net: nn.Module, cpu_bf16_kernel: bool, cpu_kernel: str = "auto") -> None:
+    """Settings every low-bit module of ours gets, whichever path made it (the fast CPU forward last:
+    it keeps the module's tensors, hooks and state_dict)."""
     bnb = _bnb()
     for module in net.modules():
         if isinstance(module, bnb.nn.Linear4bit):
@@ -139,6 +154,7 @@ def _finish_lowbit(net: nn.Module, cpu_bf16_kernel: bool) -> None:
         if is_lowbit(module) and not getattr(module, "_lb_load_guard", False):
             module.register_load_state_dict_pre_hook(_refuse_float_weight)
             module._lb_load_guard = True
+    set_cpu_kernel(net, "bitsandbytes" if cpu_bf16_kernel else cpu_kernel)
 
 
 def _to_lowbit(linear: nn.Linear, bits: int, int8_threshold: float) -> nn.Module:
@@ -166,14 +182,16 @@ def _to_lowbit(linear: nn.Linear, bits: int, int8_threshold: float) -> nn.Module
 def export_lowbit(net: nn.Module, bits: int, *, skip_modules: Sequence[str] = DEFAULT_SKIP_MODULES,
                   incompatible: str = "error", act_bits: Optional[int] = 8, int8_threshold: float = 0.0,
                   cpu_bf16_kernel: bool = False, check: bool = True,
-                  layers: Optional[QuantizableLayers] = None) -> ExportReport:
+                  layers: Optional[QuantizableLayers] = None, cpu_kernel: str = "auto") -> ExportReport:
     """Replace the planned Linear layers of `net` (QAT or plain, on its current device) in place by
     bitsandbytes Linear8bitLt / Linear4bit(nf4) holding the latent weights; (re)attach the activation
     fake-quant `layers` declares at `act_bits` (None: none). `check` compares every stored weight,
     dequantized, with the fake-quant of the latent weight (report.max_dequant_error).
+    `cpu_kernel`: "auto" (the fast CPU forward of `cpu_lowbit`, bitsandbytes off CPU) or "bitsandbytes".
     Raises ConfigError as `plan_quantization` does, or when `net` was QAT-trained at other bits.
     """
     check_bits(bits)
+    _check_cpu_kernel(cpu_kernel)
     plan = plan_quantization(net, bits, skip_modules, incompatible, layers)
     modules = dict(net.named_modules())
     trained = {qat_bits(modules[n]) for n in plan.quantized} - {None}
@@ -191,12 +209,12 @@ def export_lowbit(net: nn.Module, bits: int, *, skip_modules: Sequence[str] = DE
         parent_name, _, child = name.rpartition(".")
         setattr(net.get_submodule(parent_name) if parent_name else net, child, new)
         del linear
-    _finish_lowbit(net, cpu_bf16_kernel)
+    _finish_lowbit(net, cpu_bf16_kernel, cpu_kernel)
     ranges = layers.activations if layers is not None else []
     hooked = attach_activation_quant(net, ranges, act_bits) if act_bits is not None else 0
     return ExportReport(bits, "export", list(plan.quantized), dict(plan.kept_fp32), act_bits if hooked else None,
                         max_err, size=size_breakdown(net),
-                        scheme=lowbit_scheme(bits, int8_threshold, cpu_bf16_kernel))
+                        scheme=lowbit_scheme(bits, int8_threshold, cpu_bf16_kernel), kernel=kernel_name(net))
 
 
 def exported_size(net: nn.Module, bits: int, **export_kwargs) -> dict:
@@ -250,7 +268,7 @@ def load_pretrained_lowbit(pretrained: str, bits: int, *, method: str = "auto",
                            skip_modules: Sequence[str] = DEFAULT_SKIP_MODULES, incompatible: str = "error",
                            int8_threshold: float = 0.0, cpu_bf16_kernel: bool = False,
                            describe_layers: Optional[Callable[[nn.Module], QuantizableLayers]] = None,
-                           **from_pretrained_kwargs) -> tuple[nn.Module, ExportReport]:
+                           cpu_kernel: str = "auto", **from_pretrained_kwargs) -> tuple[nn.Module, ExportReport]:
     """Load a pretrained causal LM with low-bit Linear layers: (network, report); report.path says how.
 
     method="auto" first lets transformers quantize while loading (BitsAndBytesConfig, works on CPU
@@ -261,6 +279,7 @@ def load_pretrained_lowbit(pretrained: str, bits: int, *, method: str = "auto",
     `from_pretrained_kwargs` go to AutoModelForCausalLM.from_pretrained (dtype, revision, ...).
     """
     check_bits(bits)
+    _check_cpu_kernel(cpu_kernel)
     if method not in EXPORT_METHODS:
         raise ConfigError(f"unknown low-bit loading method {method!r}; valid: {', '.join(EXPORT_METHODS)}")
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -282,11 +301,12 @@ def load_pretrained_lowbit(pretrained: str, bits: int, *, method: str = "auto",
                 pretrained, quantization_config=_bnb_config(bits, plan, int8_threshold), **from_pretrained_kwargs)
             reason = _disagreement(net, plan, bits, int8_threshold)
             if reason is None:
-                _finish_lowbit(net, cpu_bf16_kernel)
+                _finish_lowbit(net, cpu_bf16_kernel, cpu_kernel)
                 lowbit = [name for name, m in net.named_modules() if is_lowbit(m)]
                 return net, ExportReport(bits, "bitsandbytes_config", lowbit, dict(plan.kept_fp32),
                                          size=size_breakdown(net),
-                                         scheme=lowbit_scheme(bits, int8_threshold, cpu_bf16_kernel))
+                                         scheme=lowbit_scheme(bits, int8_threshold, cpu_bf16_kernel),
+                                         kernel=kernel_name(net))
             del net
         except ConfigError:
             raise
@@ -300,7 +320,8 @@ def load_pretrained_lowbit(pretrained: str, bits: int, *, method: str = "auto",
         raise ConfigError(f"cannot load pretrained model {pretrained!r}: {_first_line(err)}") from err
     report = export_lowbit(net, bits, skip_modules=skip_modules, incompatible=incompatible, act_bits=None,
                            int8_threshold=int8_threshold, cpu_bf16_kernel=cpu_bf16_kernel,
-                           layers=describe_layers(net) if describe_layers is not None else None)
+                           layers=describe_layers(net) if describe_layers is not None else None,
+                           cpu_kernel=cpu_kernel)
     report.path, report.fallback_reason = "fp32_then_export", reason
     return net, report
 

@@ -209,11 +209,14 @@ def matches_skip(name: str, patterns: Iterable[str]) -> bool:
     return False
 
 
+_LOWBIT_CLASS_NAMES = ("Linear8bitLt", "Linear4bit", "LinearNF4", "LinearFP4")
+
+
 def is_lowbit(module: nn.Module) -> bool:
-    """Whether `module` is a bitsandbytes low-bit Linear."""
-    cls = type(module)
-    return cls.__module__.startswith("bitsandbytes") and cls.__name__ in ("Linear8bitLt", "Linear4bit",
-                                                                           "LinearNF4", "LinearFP4")
+    """Whether `module` is a bitsandbytes low-bit Linear (or a subclass of one, such as the fast CPU
+    classes of `cpu_lowbit`)."""
+    return any(cls.__module__.startswith("bitsandbytes") and cls.__name__ in _LOWBIT_CLASS_NAMES
+               for cls in type(module).__mro__)
 
 
 def latent_weight(linear: nn.Linear) -> nn.Parameter:
