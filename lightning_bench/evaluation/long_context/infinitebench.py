@@ -70,6 +70,16 @@ def longbook_qa(pred: str, gold: list[str]) -> float:
     return token_f1(pred, gold, "squad")
 
 
+def _after_prefix(pred: str, prefixes) -> str | None:
+    """The text after the first of `prefixes` found in `pred` (and the space after it), as the official
+    choice parsers read it: "" when the prediction ends with the prefix, None when none is found."""
+    for prefix in prefixes:
+        idx = pred.find(prefix)
+        if idx != -1:
+            return pred[idx + len(prefix) + 1:]
+    return None
+
+
 def longbook_choice(pred: str, gold: list[str]) -> float:
     pred = pred.strip()
     if pred == "":
@@ -79,13 +89,8 @@ def longbook_choice(pred: str, gold: list[str]) -> float:
     if pred in gold:
         return 1.0
     pred = _single_spaces(_spaced(pred, _MC_SEPARATORS))
-    for prefix in _MC_PREFIXES:
-        idx = pred.find(prefix)
-        if idx == -1:
-            continue
-        if len(pred) < idx + len(prefix) + 1:  # the prediction ends with the prefix
-            return 0.0
-        after = pred[idx + len(prefix) + 1:]
+    after = _after_prefix(pred, _MC_PREFIXES)
+    if after is not None:
         return float(any(after.startswith(s) for s in gold))
     for word in pred.split():
         if word in "ABCD":  # a substring test, as the script's
@@ -119,16 +124,8 @@ def code_debug(pred: str, gold: list[str]) -> float:
     pred = pred.strip()
     if pred[:2] in (f"{letter}.", f"{letter}:"):
         return 1.0
-    pred = _single_spaces(_spaced(pred, _DEBUG_SEPARATORS))
-    for prefix in _DEBUG_PREFIXES:
-        idx = pred.find(prefix)
-        if idx == -1:
-            continue
-        if len(pred) < idx + len(prefix) + 1:
-            return 0.0
-        after = pred[idx + len(prefix) + 1:]
-        return float(after.startswith(letter) or after.startswith(fn_name))
-    return 0.0
+    after = _after_prefix(_single_spaces(_spaced(pred, _DEBUG_SEPARATORS)), _DEBUG_PREFIXES)
+    return 0.0 if after is None else float(after.startswith(letter) or after.startswith(fn_name))
 
 
 def longbook_sum(pred: str, gold: list[str]) -> float:
