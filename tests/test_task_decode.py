@@ -11,7 +11,8 @@ import torch
 from lightning_bench.errors import ConfigError
 from lightning_bench.sparsity import METHODS
 from lightning_bench.sparsity.methods import H2O
-from lightning_bench.sparsity.task_decode import PROTOCOLS, TaskGeneration, generate_for_task
+from lightning_bench.sparsity.task_decode import (PROTOCOLS, TaskGeneration, continue_prompt, generate_for_task,
+                                                  prefill_prompt)
 
 VOCAB, TC, TQ, N = 512, 15, 6, 8
 
@@ -96,6 +97,33 @@ def test_sparsity_zero_reproduces_dense_and_dense_is_transformers_greedy(net, pr
                 assert res.compressions == 0 and res.kv_bytes_peak == dense[p].kv_bytes_peak
     # not vacuous: a real compression changes the answer on this model
     assert run(net, prompt, "h2o", sparsity=0.5).tokens != dense["query_aware"].tokens
+
+
+def test_one_shared_prefill_continued_by_every_method_equals_separate_runs(net, prompt):
+    """The driver prefills each example once and continues it for every method and budget: the tokens,
+    kept slots, cache sizes and compressions are those of separate generate_for_task calls, and the
+    shared prompt is left untouched by each continuation (reuse)."""
+    names = sorted(METHODS)
+    params = {"random": {"seed": 7}}
+    for p in PROTOCOLS:
+        shared = prefill_prompt(net, prompt[0], prompt[1], p, names, method_params=params)
+        assert len(shared.recorders) >= 3  # h2o's cum, snapkv's window, tova's last row, cab's two-hop, ...
+        length = shared.state.length
+        for name in names:
+            for sparsity, interval in ((0.5, 0), (0.8, 0), (0.5, 2)):
+                kwargs = dict(sparsity=sparsity, interval=interval, max_new_tokens=N, method_params=params.get(name))
+                alone = generate_for_task(net, prompt[0], prompt[1], name, protocol=p, **kwargs)
+                again = continue_prompt(net, shared, name, **kwargs)
+                got = (again.tokens, again.kept_tokens, again.kv_bytes_peak, again.cache_length_final,
+                       again.compressions, again.compressed_tokens)
+                want = (alone.tokens, alone.kept_tokens, alone.kv_bytes_peak, alone.cache_length_final,
+                        alone.compressions, alone.compressed_tokens)
+                assert got == want, (p, name, sparsity, interval)
+                assert shared.state.length == length and shared.state.compressions == 0
+    only_dense = prefill_prompt(net, prompt[0], prompt[1], "query_aware", ["dense"])
+    with pytest.raises(ConfigError) as err:
+        continue_prompt(net, only_dense, "h2o", sparsity=0.5)
+    assert "prefill_prompt(methods=" in _one_line(err)
 
 
 def test_no_question_makes_both_protocols_one_run(net, prompt):

@@ -164,6 +164,27 @@ class AttentionRecorder:
         return self.layers.get(layer_idx, {})
 
 
+class RecorderFanOut:
+    """Several recorders fed by one forward (a prefill shared by methods with different `Needs`): each
+    observes the same calls it would observe alone, so each holds exactly its own statistics."""
+
+    def __init__(self, recorders):
+        self.recorders = list(recorders)
+
+    @property
+    def query_valid(self) -> Optional[torch.Tensor]:
+        return self.recorders[0].query_valid if self.recorders else None
+
+    @query_valid.setter
+    def query_valid(self, value: Optional[torch.Tensor]) -> None:
+        for recorder in self.recorders:
+            recorder.query_valid = value
+
+    def observe(self, *args, **kwargs) -> None:
+        for recorder in self.recorders:
+            recorder.observe(*args, **kwargs)
+
+
 def _pad_slots(value: torch.Tensor, S: int) -> torch.Tensor:
     extra = S - value.shape[-1]
     if extra == 0:

@@ -16,6 +16,14 @@ query_agnostic  prefill the context only; compress it to the budget over its Tc 
                 cache built once per document and reused for many questions would hold.
 
 Without a question both protocols are the same run (the record says "question_tokens": 0).
+
+The prefill does not depend on the method (only the statistics recorded during it do), so it can be
+shared: `prefill_prompt` prefills once, recording the statistics of every method it is given (one
+recorder per distinct `Needs`, each computing exactly what it computes alone), and `continue_prompt`
+compresses a copy of it with one method and decodes. `generate_for_task` is the two in a row; the
+downstream driver prefills each example once per (task, protocol, seed) and continues it for every
+method and budget, which gives the same tokens as separate calls (tests/test_task_decode.py) at a
+fraction of the cost on long contexts.
 With `interval` > 0 the cache is re-compressed every `interval` decoding steps, keeping (1 - sparsity)
 of everything seen so far (context, question, generated tokens) or `budget_tokens`, as
 `generate_with_eviction` does; with interval 0 only the first compression happens (and the attention
@@ -35,6 +43,7 @@ prompt's, the same for every method).
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass
 from typing import Optional, Union
@@ -43,8 +52,8 @@ import torch
 
 from lightning_bench.errors import ConfigError
 from lightning_bench.evaluation.prompted import sample_token
-from lightning_bench.sparsity.cache import budget, check_rounding
-from lightning_bench.sparsity.capture import AttentionRecorder
+from lightning_bench.sparsity.cache import EvictionState, budget, check_rounding
+from lightning_bench.sparsity.capture import AttentionRecorder, RecorderFanOut
 from lightning_bench.sparsity.decode import check_budget, extend, prefill, resolve_network
 from lightning_bench.sparsity.methods import Method, make_method
 
@@ -121,47 +130,95 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-@torch.no_grad()
-def generate_for_task(net, context_ids: torch.Tensor, question_ids: Optional[torch.Tensor] = None,
-                      method: Union[str, Method] = "dense", *, sparsity: Optional[float] = None,
-                      budget_tokens: Optional[int] = None, protocol: str = "query_aware", interval: int = 0,
-                      max_new_tokens: int = 32, stop_ids=frozenset(), stop_strings=(), tokenizer=None,
-                      temperature: float = 0.0, top_p: float = 1.0, generator: Optional[torch.Generator] = None,
-                      method_params: Optional[dict] = None, rounding: str = "ceil") -> TaskGeneration:
-    """Generate the answer to one prompt (context + question) with `method` compressing the KV cache.
+@dataclass
+class PrefilledPrompt:
+    """One prompt prefilled under a protocol, to be continued by any method (`continue_prompt`).
 
-    Args:
-        net: a transformers causal LM with a KV cache, or a LanguageModule whose `.net` is one.
-        context_ids: (1, Tc) the context (document) tokens; question_ids: (1, Tq), or None / empty.
-        method: registry name (methods.METHODS) or a Method instance; method_params: its parameters.
-        sparsity: fraction of the cache evicted, in [0, 1); budget_tokens: a fixed number of slots kept
-            instead (<= the tokens the first compression applies to). Exactly one of the two; neither for
-            dense. rounding: how (1 - sparsity) * n is rounded ("ceil" or "floor", cache.budget).
-        protocol: "query_aware" or "query_agnostic" (module docstring).
-        interval: re-compress every `interval` decoding steps (0: only the first compression).
-        max_new_tokens: most tokens generated; stop_ids: token ids that end the generation (kept in
-            `tokens`); stop_strings: texts that end it once tokenizer.decode(tokens) holds one.
-        temperature: 0 = greedy, else nucleus sampling with `top_p` from `generator` (a torch.Generator;
-            None = torch's global one).
-    """
+    state / logits: the dense cache after the first forward (context + question for query_aware, the
+        context for query_agnostic) and its last position's logits. recorders: {Needs: AttentionRecorder}
+        of the methods it was prefilled for. question_ids: what query_agnostic feeds after compressing.
+    seconds: the prefill's wall time. kv_prefill: the bytes of its dense cache."""
+
+    state: EvictionState
+    logits: torch.Tensor
+    recorders: dict
+    question_ids: torch.Tensor
+    context_tokens: int
+    question_tokens: int
+    protocol: str
+    agnostic: bool
+    kv_prefill: int
+    seconds: float
+
+    @property
+    def compressed_tokens(self) -> int:
+        return self.context_tokens if self.agnostic else self.context_tokens + self.question_tokens
+
+
+@torch.no_grad()
+def prefill_prompt(net, context_ids: torch.Tensor, question_ids: Optional[torch.Tensor] = None,
+                   protocol: str = "query_aware", methods=("dense",), method_params: Optional[dict] = None
+                   ) -> PrefilledPrompt:
+    """Prefill one prompt (context + question) for `protocol`, recording the attention statistics every
+    method of `methods` (names or Method instances; method_params: {name: parameters}) reads."""
     net = resolve_network(net)
-    method = make_method(method, **(method_params or {}))
     if protocol not in PROTOCOLS:
         raise ConfigError(f"unknown KV-cache protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
     context_ids = _as_row(context_ids, "context_ids", allow_empty=False)
     question_ids = _as_row(question_ids if question_ids is not None else torch.empty(1, 0, dtype=torch.long),
                            "question_ids", allow_empty=True)
+    made = [make_method(m, **(method_params or {}).get(getattr(m, "name", m), {})) for m in methods]
+    recorders = {m.needs: AttentionRecorder(m.needs) for m in made if m.needs}
+    Tc, Tq = context_ids.shape[1], question_ids.shape[1]
+    agnostic = protocol == "query_agnostic" and Tq > 0
+    was_training = net.training
+    net.eval()
+    device = next(net.parameters()).device
+    context_ids, question_ids = context_ids.to(device), question_ids.to(device)
+    observer = None if not recorders else next(iter(recorders.values())) if len(recorders) == 1 \
+        else RecorderFanOut(recorders.values())
+    try:
+        _sync(device)
+        start = time.perf_counter()
+        first = context_ids if agnostic else torch.cat([context_ids, question_ids], dim=1)
+        state, logits = prefill(net, first, torch.ones_like(first), observer)
+        _sync(device)
+        seconds = time.perf_counter() - start
+    finally:
+        net.train(was_training)
+    return PrefilledPrompt(state, logits, recorders, question_ids, Tc, Tq, protocol, agnostic, state.kv_bytes(),
+                           seconds)
+
+
+@torch.no_grad()
+def continue_prompt(net, prompt: PrefilledPrompt, method: Union[str, Method] = "dense", *,
+                    sparsity: Optional[float] = None, budget_tokens: Optional[int] = None, interval: int = 0,
+                    max_new_tokens: int = 32, stop_ids=frozenset(), stop_strings=(), tokenizer=None,
+                    temperature: float = 0.0, top_p: float = 1.0, generator: Optional[torch.Generator] = None,
+                    method_params: Optional[dict] = None, rounding: str = "ceil", reuse: bool = True
+                    ) -> TaskGeneration:
+    """Compress `prompt`'s cache with `method` and generate (arguments as `generate_for_task`). With
+    `reuse` the prompt is left as it was (its cache and statistics are copied), so it can be continued
+    again by another method; reuse=False consumes it."""
+    net = resolve_network(net)
+    method = make_method(method, **(method_params or {}))
     sparsity = check_budget(method, sparsity, budget_tokens)
     check_rounding(rounding)
     _check_decoding(interval, max_new_tokens, temperature, top_p, stop_strings, tokenizer)
-    Tc, Tq = context_ids.shape[1], question_ids.shape[1]
-    agnostic = protocol == "query_agnostic" and Tq > 0
-    compressed = Tc if agnostic else Tc + Tq
+    if method.needs and method.needs not in prompt.recorders:
+        raise ConfigError(f"the prompt was prefilled without the attention statistics {method.name!r} reads "
+                          f"({', '.join(method.needs.names())}); pass it to prefill_prompt(methods=...)")
+    Tc, Tq, agnostic, protocol = prompt.context_tokens, prompt.question_tokens, prompt.agnostic, prompt.protocol
+    compressed = prompt.compressed_tokens
     if budget_tokens is not None and budget_tokens > compressed:
         what = "the context" if agnostic else "the context + question"
         raise ConfigError(f"--sparsity.budget_tokens {budget_tokens} is larger than {what} ({compressed} tokens, "
                           f"protocol {protocol}); lower it or use a longer context")
     stop_ids = frozenset(int(t) for t in stop_ids)
+    state, logits, question_ids = prompt.state, prompt.logits, prompt.question_ids
+    recorder = prompt.recorders.get(method.needs) if method.needs else None
+    if reuse:
+        state, recorder = copy.deepcopy(state), copy.deepcopy(recorder)
 
     def keep_for(state) -> torch.Tensor:
         return budget(state.seen, sparsity, budget_tokens, rounding) if method.evicts else state.n_valid
@@ -180,15 +237,10 @@ def generate_for_task(net, context_ids: torch.Tensor, question_ids: Optional[tor
     was_training = net.training
     net.eval()
     device = next(net.parameters()).device
-    context_ids, question_ids = context_ids.to(device), question_ids.to(device)
-    recorder = AttentionRecorder.for_method(method)
     try:
         _sync(device)
         start = time.perf_counter()
-        first = context_ids if agnostic else torch.cat([context_ids, question_ids], dim=1)
-        state, logits = prefill(net, first, torch.ones_like(first), recorder)
-        kv_prefill = state.kv_bytes()
-        per_token = kv_prefill // max(1, state.length)
+        per_token = prompt.kv_prefill // max(1, state.length)
         state.compress(method, keep_for(state), recorder)
         kept = int(state.n_valid.sum())
         if not interval:
@@ -220,8 +272,43 @@ def generate_for_task(net, context_ids: torch.Tensor, question_ids: Optional[tor
     return TaskGeneration(
         tokens=tokens, stopped=stopped, context_tokens=Tc, question_tokens=Tq, compressed_tokens=compressed,
         kept_tokens=kept, cache_length_final=state.length, kv_bytes_peak=max(held), dense_kv_bytes_peak=max(dense),
-        compressions=state.compressions, prefill_seconds=decode_start - start, decode_seconds=decode_seconds,
+        compressions=state.compressions, prefill_seconds=prompt.seconds + decode_start - start,
+        decode_seconds=decode_seconds,
         decode_tokens_per_s=steps / decode_seconds if steps and decode_seconds > 0 else None,
         method={**method.describe(), "sparsity": sparsity, "budget_tokens": budget_tokens, "rounding": rounding,
                 "protocol": protocol, "interval": interval, "question_tokens": Tq},
-        kv_bytes_prefill=kv_prefill)
+        kv_bytes_prefill=prompt.kv_prefill)
+
+
+def generate_for_task(net, context_ids: torch.Tensor, question_ids: Optional[torch.Tensor] = None,
+                      method: Union[str, Method] = "dense", *, sparsity: Optional[float] = None,
+                      budget_tokens: Optional[int] = None, protocol: str = "query_aware", interval: int = 0,
+                      max_new_tokens: int = 32, stop_ids=frozenset(), stop_strings=(), tokenizer=None,
+                      temperature: float = 0.0, top_p: float = 1.0, generator: Optional[torch.Generator] = None,
+                      method_params: Optional[dict] = None, rounding: str = "ceil") -> TaskGeneration:
+    """Generate the answer to one prompt (context + question) with `method` compressing the KV cache.
+
+    Args:
+        net: a transformers causal LM with a KV cache, or a LanguageModule whose `.net` is one.
+        context_ids: (1, Tc) the context (document) tokens; question_ids: (1, Tq), or None / empty.
+        method: registry name (methods.METHODS) or a Method instance; method_params: its parameters.
+        sparsity: fraction of the cache evicted, in [0, 1); budget_tokens: a fixed number of slots kept
+            instead (<= the tokens the first compression applies to). Exactly one of the two; neither for
+            dense. rounding: how (1 - sparsity) * n is rounded ("ceil" or "floor", cache.budget).
+        protocol: "query_aware" or "query_agnostic" (module docstring).
+        interval: re-compress every `interval` decoding steps (0: only the first compression).
+        max_new_tokens: most tokens generated; stop_ids: token ids that end the generation (kept in
+            `tokens`); stop_strings: texts that end it once tokenizer.decode(tokens) holds one.
+        temperature: 0 = greedy, else nucleus sampling with `top_p` from `generator` (a torch.Generator;
+            None = torch's global one).
+    """
+    method = make_method(method, **(method_params or {}))
+    # every argument is checked before the (possibly long) prefill
+    check_budget(method, sparsity, budget_tokens)
+    check_rounding(rounding)
+    _check_decoding(interval, max_new_tokens, temperature, top_p, stop_strings, tokenizer)
+    prompt = prefill_prompt(net, context_ids, question_ids, protocol, [method])
+    return continue_prompt(net, prompt, method, sparsity=sparsity, budget_tokens=budget_tokens, interval=interval,
+                           max_new_tokens=max_new_tokens, stop_ids=stop_ids, stop_strings=stop_strings,
+                           tokenizer=tokenizer, temperature=temperature, top_p=top_p, generator=generator,
+                           rounding=rounding, reuse=False)

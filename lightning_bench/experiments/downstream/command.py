@@ -6,7 +6,9 @@
 
 Per cell (task, method, sparsity or token budget, protocol, seed) every example is prefilled, its cache
 compressed by the method to the budget, and the answer generated on the pruned cache
-(sparsity/task_decode.py); only the importance function differs between methods. The prompts, stops,
+(sparsity/task_decode.py); only the importance function differs between methods. The prefill does
+not depend on the method, so each example is prefilled once per task, protocol and seed and every cell
+of that group continues a copy of it (same tokens as separate runs, tested). The prompts, stops,
 chat template and scores are those of `lightning_bench test --task` (prompts.py, scoring.py). One
 checksummed file per cell in `{results_dir}/{name}/cells/`: a finished cell is reused, a damaged one
 recomputed, one made under other settings refused. `{name}_results.json` and `{name}_summary.txt`
@@ -57,57 +59,32 @@ def _check_budgets(cfg: DownstreamConfig, prompts: dict[str, TaskPrompts]) -> No
                                       f"{protocol} ({shortest} tokens); lower it")
 
 
-def run_cell(net, cell, cfg, prompts: TaskPrompts, tokenizer, method_params: dict, memory) -> dict:
-    """Every example of the cell's task through the one mechanism; scored as `test --task` scores it."""
-    from lightning_bench.sparsity.task_decode import generate_for_task
+def _sample_row(sample, pred: dict, draws: list, peak_mb: float) -> dict:
+    first = draws[0]
+    return {"id": sample.request.row.get("id"), **pred, "answers": list(sample.request.request.answers),
+            "context_tokens": first.context_tokens, "question_tokens": first.question_tokens,
+            "truncated_tokens": sample.truncated,
+            "original_prompt_tokens": first.context_tokens + first.question_tokens + sample.truncated,
+            "compressed_tokens": first.compressed_tokens,
+            "kept_tokens": first.kept_tokens, "cache_length_final": first.cache_length_final,
+            "kv_bytes_peak": max(d.kv_bytes_peak for d in draws),
+            "dense_kv_bytes_peak": max(d.dense_kv_bytes_peak for d in draws),
+            "compressions": first.compressions, "stopped": first.stopped,
+            "decoded_tokens": sum(max(0, len(d.tokens) - 1) for d in draws),  # after each prefill's first
+            "prefill_seconds": sum(d.prefill_seconds for d in draws),
+            "decode_seconds": sum(d.decode_seconds for d in draws), "peak_memory_mb": peak_mb}
 
-    pairs, rows = [], []
-    protocol = "query_aware" if cell.protocol == "interval" else cell.protocol
-    interval = cfg.interval if cell.protocol == "interval" else 0
-    sampling = prompts.sampling
-    device = next(net.parameters()).device
-    for index, sample in enumerate(prompts.samples):
-        draws, texts = [], []
-        with memory:
-            for draw in range(sampling["samples"]):
-                gen = None
-                if sampling["temperature"] > 0:  # each draw its own generator: reruns and resumes draw the same
-                    gen = torch.Generator(device="cpu").manual_seed(cell.seed * 1_000_003 + index * 1009 + draw)
-                out = generate_for_task(
-                    net, torch.tensor([sample.context_ids], device=device),
-                    torch.tensor([sample.question_ids], device=device) if sample.question_ids else None,
-                    cell.method, sparsity=cell.sparsity, budget_tokens=cell.budget_tokens, protocol=protocol,
-                    interval=interval, max_new_tokens=sample.max_new_tokens, stop_ids=prompts.stop_ids,
-                    stop_strings=prompts.stop_strings, tokenizer=tokenizer, temperature=sampling["temperature"],
-                    top_p=sampling["top_p"], generator=gen, method_params=method_params)
-                new = out.tokens[:-1] if out.tokens and out.tokens[-1] in prompts.stop_ids else out.tokens
-                draws.append(out)
-                texts.append(tokenizer.decode(new))
-        first = draws[0]
-        pred = predictions(sample.request, texts, first.tokens)
-        pairs.append((sample.request, pred))
-        rows.append({"id": sample.request.row.get("id"), **pred, "answers": list(sample.request.request.answers),
-                     "context_tokens": first.context_tokens, "question_tokens": first.question_tokens,
-                     "truncated_tokens": sample.truncated,
-                     "original_prompt_tokens": first.context_tokens + first.question_tokens + sample.truncated,
-                     "compressed_tokens": first.compressed_tokens,
-                     "kept_tokens": first.kept_tokens, "cache_length_final": first.cache_length_final,
-                     "kv_bytes_peak": max(d.kv_bytes_peak for d in draws),
-                     "dense_kv_bytes_peak": max(d.dense_kv_bytes_peak for d in draws),
-                     "compressions": first.compressions, "stopped": first.stopped,
-                     "decoded_tokens": sum(max(0, len(d.tokens) - 1) for d in draws),  # after each prefill's first
-                     "prefill_seconds": sum(d.prefill_seconds for d in draws),
-                     "decode_seconds": sum(d.decode_seconds for d in draws), "peak_memory_mb": memory.peak_mb})
+
+def _cell_record(cell, pairs: list, rows: list, method_record: dict, memory) -> dict:
     metrics, per_sample = score_cell(cell.task, pairs)
     for row, scores in zip(rows, per_sample):
         row["scores"] = scores
-    primary = primary_metric(cell.task)
     decode_tokens = sum(r["decoded_tokens"] for r in rows)
     decode_s = sum(r["decode_seconds"] for r in rows)
     kept = sum(r["kept_tokens"] for r in rows) / max(1, sum(r["compressed_tokens"] for r in rows))
     return {"task": cell.task, "method": cell.method, "budget_kind": cell.budget_kind, "level": cell.level,
-            "compression_protocol": cell.protocol, "seed": cell.seed, "method_params": draws[0].method if prompts.samples else {},
-            "primary_metric": primary, "metrics": metrics,
+            "compression_protocol": cell.protocol, "seed": cell.seed, "method_params": method_record,
+            "primary_metric": primary_metric(cell.task), "metrics": metrics,
             "primary_per_example": per_example(cell.task, per_sample),
             "cache": {"kept_fraction_of_compressed": kept,
                       "kv_bytes_peak_mean": sum(r["kv_bytes_peak"] for r in rows) / len(rows),
@@ -115,8 +92,67 @@ def run_cell(net, cell, cfg, prompts: TaskPrompts, tokenizer, method_params: dic
                       "cache_length_final_mean": sum(r["cache_length_final"] for r in rows) / len(rows)},
             "timing": {"prefill_seconds": sum(r["prefill_seconds"] for r in rows), "decode_seconds": decode_s,
                        "decode_tokens_per_s": decode_tokens / decode_s if decode_s > 0 else None,
-                       "peak_memory_mb": max(r["peak_memory_mb"] for r in rows), "memory_kind": memory.kind},
+                       "peak_memory_mb": max(r["peak_memory_mb"] for r in rows), "memory_kind": memory.kind,
+                       "prefill": "one dense prefill per example, shared by the cells of its task, protocol and "
+                                  "seed; each cell's prefill_seconds counts it whole plus its own compression"},
             "num_examples": len(rows), "samples": rows}
+
+
+def run_group(net, group: list, cfg, prompts: TaskPrompts, tokenizer, params_of, memory) -> list[dict]:
+    """The cells of one task, protocol and seed, scored as `test --task` scores them.
+
+    Every example is prefilled ONCE (sparsity/task_decode.prefill_prompt, recording the statistics of
+    every method of the group) and continued by each cell's method and budget on a copy of it: the
+    prefill does not depend on the method, and the tokens are those of separate runs
+    (tests/test_task_decode.py), while a long context is prefilled once instead of once per cell."""
+    from lightning_bench.sparsity.task_decode import continue_prompt, prefill_prompt
+
+    head = group[0]
+    protocol = "query_aware" if head.protocol == "interval" else head.protocol
+    interval = cfg.interval if head.protocol == "interval" else 0
+    sampling = prompts.sampling
+    device = next(net.parameters()).device
+    methods = list(dict.fromkeys(cell.method for cell in group))
+    method_params = {cell.method: params_of(cell) for cell in group}
+    pairs = {cell.key: [] for cell in group}
+    rows = {cell.key: [] for cell in group}
+    described = {}
+    for index, sample in enumerate(prompts.samples):
+        with memory:
+            shared = prefill_prompt(net, torch.tensor([sample.context_ids], device=device),
+                                    torch.tensor([sample.question_ids], device=device) if sample.question_ids else None,
+                                    protocol, methods, method_params=method_params)
+        prefill_peak = memory.peak_mb
+        for cell in group:
+            draws, texts = [], []
+            with memory:
+                for draw in range(sampling["samples"]):
+                    gen = None
+                    if sampling["temperature"] > 0:  # each draw its own generator: reruns and resumes draw the same
+                        gen = torch.Generator(device="cpu").manual_seed(cell.seed * 1_000_003 + index * 1009 + draw)
+                    out = continue_prompt(
+                        net, shared, cell.method, sparsity=cell.sparsity, budget_tokens=cell.budget_tokens,
+                        interval=interval, max_new_tokens=sample.max_new_tokens, stop_ids=prompts.stop_ids,
+                        stop_strings=prompts.stop_strings, tokenizer=tokenizer, temperature=sampling["temperature"],
+                        top_p=sampling["top_p"], generator=gen, method_params=method_params[cell.method])
+                    new = out.tokens[:-1] if out.tokens and out.tokens[-1] in prompts.stop_ids else out.tokens
+                    draws.append(out)
+                    texts.append(tokenizer.decode(new))
+            described[cell.key] = draws[0].method
+            pred = predictions(sample.request, texts, draws[0].tokens)
+            pairs[cell.key].append((sample.request, pred))
+            rows[cell.key].append(_sample_row(sample, pred, draws, max(prefill_peak, memory.peak_mb)))
+        del shared
+    return [_cell_record(cell, pairs[cell.key], rows[cell.key], described.get(cell.key, {}), memory)
+            for cell in group]
+
+
+def _groups(grid: list) -> list[list]:
+    """The cells sharing a prefill (task, protocol, seed), in grid order."""
+    out: dict[tuple, list] = {}
+    for cell in grid:
+        out.setdefault((cell.task, cell.protocol, cell.seed), []).append(cell)
+    return list(out.values())
 
 
 def main(argv: list[str]) -> int:
@@ -166,23 +202,31 @@ def main(argv: list[str]) -> int:
                               "chat template, interval, method parameters or device); use another --name")
         done[cell.key] = record
     records = {}
-    for i, cell in enumerate(grid, 1):
-        label = f"{PROG} {COMMAND}: [{i}/{len(grid)}] {cell.key}"
-        record = done[cell.key]
-        if record is not None:
-            print(f"{label}: done before ({cells.path(cell)})", flush=True)
-        else:
-            start = time.perf_counter()
-            torch.manual_seed(cell.seed)
-            record = {**run_cell(net, cell, cfg, prompts[cell.task], tokenizer, params(cell), memory),
-                      "protocol": protocol_of(cell),
+    position = {cell.key: i for i, cell in enumerate(grid, 1)}
+    for group in _groups(grid):
+        todo = [cell for cell in group if done[cell.key] is None]
+        for cell in group:
+            if done[cell.key] is not None:
+                print(f"{PROG} {COMMAND}: [{position[cell.key]}/{len(grid)}] {cell.key}: done before "
+                      f"({cells.path(cell)})", flush=True)
+                records[cell.key] = done[cell.key]
+        if not todo:
+            continue
+        start = time.perf_counter()
+        torch.manual_seed(todo[0].seed)
+        made = run_group(net, todo, cfg, prompts[todo[0].task], tokenizer, params, memory)
+        seconds = time.perf_counter() - start
+        for cell, result in zip(todo, made):
+            record = {**result, "protocol": protocol_of(cell),
                       "meta": run_meta(seed=cell.seed, extra={"command": command, "data": provenance})}
             cells.write(cell, record, checksum=True)
+            records[cell.key] = record
             m = record["metrics"].get(record["primary_metric"])
-            print(f"{label}: {record['primary_metric']} {m if m is None else round(m, 2)}  kept "
-                  f"{record['cache']['kept_fraction_of_compressed']:.2f} of the compressed tokens "
-                  f"({time.perf_counter() - start:.1f} s)", flush=True)
-        records[cell.key] = record
+            print(f"{PROG} {COMMAND}: [{position[cell.key]}/{len(grid)}] {cell.key}: {record['primary_metric']} "
+                  f"{m if m is None else round(m, 2)}  kept {record['cache']['kept_fraction_of_compressed']:.2f} of "
+                  f"the compressed tokens", flush=True)
+        print(f"{PROG} {COMMAND}: {len(todo)} cells of {todo[0].task} / {todo[0].protocol} / seed {todo[0].seed} "
+              f"in {seconds:.1f} s (one prefill per example)", flush=True)
     meta = run_meta(seed=cfg.seeds, extra={"command": command, "data": provenance})
     results_path, summary_path = write_report(folder, name, config, meta, grid, records)
     print(f"{PROG} {COMMAND}: wrote {results_path} and {summary_path}")
