@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader
 from lightning_bench.data.downstream.base import TaskDataModule
 from lightning_bench.data.tasks import GenerationSettings, get_task
 from lightning_bench.data.tasks.finetune import passage
+from lightning_bench.data.tasks.rows import local_layout
 from lightning_bench.errors import ConfigError, MissingData
 from lightning_bench.evaluation import prompted
 from lightning_bench.data.tasks.requests import Generation, MultipleChoice, build_request
@@ -41,6 +42,13 @@ class _Batches(torch.utils.data.Dataset):
         return self.batches[i]
 
 
+def check_window(context: int, window: Optional[int], option: str, cut_option: str) -> None:
+    """A requested context longer than the model's window is an error unless truncation is asked for."""
+    if window is not None and context > window:
+        raise ConfigError(f"{option} {context} is beyond the model's window ({window} tokens); lower it, or pass "
+                          f"{cut_option} <= {window} to cut the middle of longer prompts")
+
+
 class PromptedDataModule(TaskDataModule):
     """Prompted scoring of downstream tasks (`lightning_bench test --task ...`); options of TaskDataModule and:
 
@@ -61,6 +69,10 @@ class PromptedDataModule(TaskDataModule):
             greedy, one completion; HumanEval's pass@k needs samples >= k and temperature > 0).
         generation_seed: seed of the sampled completions (each draw: its own generator from the seed,
             the request and the draw index, so a rerun or a resumed run draws the same).
+        max_context: the context length in tokens, counted as RULER counts it (prompt + answer): suites
+            generated per length read their set of this length (RULER: ruler/<N>/<task>.jsonl, or the hub
+            config N); it is max_length's default, and may not exceed the model's window unless
+            max_length is given (then longer prompts lose their middle, as below).
     A generation prompt longer than max_length - max_new_tokens loses the middle of its document where
     the task names one (news article, evidence, dialogue history, code), else tokens from the left; the
     per-sample rows count the tokens removed.
@@ -74,7 +86,8 @@ class PromptedDataModule(TaskDataModule):
                  max_samples: Optional[int] = None, tokenizer: str = "auto", max_length: Optional[int] = None,
                  batch_size: int = 16, max_new_tokens: Optional[int] = None,
                  chat_template: Literal["auto", "on", "off"] = "auto", samples: Optional[int] = None,
-                 temperature: Optional[float] = None, top_p: Optional[float] = None, generation_seed: int = 1234):
+                 temperature: Optional[float] = None, top_p: Optional[float] = None, generation_seed: int = 1234,
+                 max_context: Optional[int] = None):
         super().__init__(tasks, data_dir, paths, tokenizer, max_length, batch_size)
         self.save_hyperparameters()
         if num_fewshot < 0 or (max_samples is not None and max_samples < 1) or (max_new_tokens or 1) < 1:
@@ -85,6 +98,9 @@ class PromptedDataModule(TaskDataModule):
             raise ConfigError("--data.samples must be >= 1, --data.temperature >= 0 and --data.top_p in (0, 1]")
         if fewshot_source not in ("split", "eval"):
             raise ConfigError(f"unknown --data.fewshot_source {fewshot_source!r}; valid: split, eval")
+        if max_context is not None and (isinstance(max_context, bool) or not isinstance(max_context, int)
+                                        or max_context < 8):
+            raise ConfigError(f"--data.max_context must be a number of tokens >= 8, got {max_context!r}")
         self.requests: list[Request] = []
 
     def setup(self, stage: str = "test") -> None:
@@ -96,7 +112,7 @@ class PromptedDataModule(TaskDataModule):
         hp = self.hparams
         self.tokenizer = self.tokenizer or self.resolve_tokenizer()
         for task in self.task_names:
-            rows = self.rows(task, "eval", hp.max_samples)
+            rows = self.rows(task, self.eval_split(task), hp.max_samples)
             pool = []
             if hp.num_fewshot:
                 pool = self.rows(task, "eval") if hp.fewshot_source == "eval" else self._fewshot_pool(task)
@@ -104,6 +120,32 @@ class PromptedDataModule(TaskDataModule):
                 shots = self._shots(task, pool, row, index)
                 self.requests.append(Request(task, row, build_request(task, row, shots)))
         self._encode_requests()
+
+    @property
+    def seq_len(self) -> int:
+        """--data.max_length, else --data.max_context (which may not exceed the model's window: a longer
+        context is cut only when --data.max_length asks for it), else the default (TaskDataModule)."""
+        hp = self.hparams
+        if hp.max_context is None or hp.max_length is not None:
+            return super().seq_len
+        model = self.trainer.lightning_module if self.trainer is not None else None
+        check_window(hp.max_context, getattr(model, "max_seq_len", None), "--data.max_context", "--data.max_length")
+        return hp.max_context
+
+    def eval_split(self, task: str) -> str:
+        """The role "eval", or for a suite generated per length (RULER: ruler/<N>/<task>.jsonl, or the hub's
+        N-token config) the set of --data.max_context tokens."""
+        n = self.hparams.max_context
+        if n is None or task in (self.hparams.paths or {}):
+            return "eval"
+        lengths = sorted(int(k) for k in local_layout(get_task(task)) if str(k).isdigit())
+        if not lengths:
+            return "eval"  # one set whatever the length: its prompts are cut to max_context like any other
+        if n not in lengths:
+            raise ConfigError(f"{task}: max_context {n} has no {get_task(task).benchmark} set; its sets are "
+                              f"{', '.join(map(str, lengths))} tokens (other lengths: generate them and name the files "
+                              "in paths)")
+        return str(n)
 
     def max_new_tokens(self, task: str, row: Optional[dict] = None) -> int:
         """--data.max_new_tokens, else the row's own (long-context rows carry one), else the task's."""

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from lightning_bench.errors import PROG, ConfigError
+from lightning_bench.data.downstream.prompted import check_window
 from lightning_bench.experiments.core.config import check_name, parse_command
 from lightning_bench.experiments.core.store import CellFolder
 from lightning_bench.experiments.downstream.config import DownstreamConfig
@@ -168,7 +169,9 @@ def main(argv: list[str]) -> int:
     name = check_name("--name", cfg.name)
     module = HFLanguageModel(cfg.model.pretrained, dtype=cfg.model.dtype, revision=cfg.model.revision)
     limit = module.max_seq_len
-    max_length = cfg.max_length or (min(2048, limit) if limit else 2048)
+    if cfg.max_context is not None and cfg.max_length is None:
+        check_window(cfg.max_context, limit, "--max_context", "--max_length")
+    max_length = cfg.max_length or cfg.max_context or (min(2048, limit) if limit else 2048)
     if limit is not None and max_length > limit:
         raise ConfigError(f"--max_length {max_length} is longer than the model's context ({limit}); lower it")
     source = module.tokenizer_source

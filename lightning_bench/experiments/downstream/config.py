@@ -49,6 +49,10 @@ class DownstreamConfig:
     """per-task files, as `lightning_bench test --data.paths`"""
     max_length: Optional[int] = None
     """prompt + answer tokens (None: the model's limit, at most 2048); longer documents lose their middle"""
+    max_context: Optional[int] = None
+    """context length in tokens, counted as RULER counts it (prompt + answer): suites generated per length
+    read their set of this length (RULER: ruler/<N>/); every prompt is cut to it (--max_length's default);
+    beyond the model's window it is an error unless --max_length asks for the cut"""
     max_new_tokens: Optional[int] = None
     """generation limit (None: each task's own)"""
     chat_template: Literal["auto", "on", "off"] = "auto"
@@ -105,6 +109,7 @@ class DownstreamConfig:
         check_at_least("--interval", self.interval, 1)
         check_at_least("--max_samples", self.max_samples, 1)
         check_at_least("--max_new_tokens", self.max_new_tokens, 1)
+        check_at_least("--max_context", self.max_context, 8)
         check_at_least("--threads", self.threads, 1)
 
     def budgets(self, method: str) -> list[tuple[str, float]]:

@@ -38,7 +38,7 @@ def build_prompts(cfg, tokenizer, max_length: int) -> tuple[dict[str, TaskPrompt
     dm = PromptedDataModule(tasks=cfg.tasks, data_dir=cfg.data_dir, paths=cfg.paths, max_samples=cfg.max_samples,
                             max_length=max_length, max_new_tokens=cfg.max_new_tokens,
                             chat_template=cfg.chat_template, samples=cfg.samples, temperature=cfg.temperature,
-                            top_p=cfg.top_p)
+                            top_p=cfg.top_p, max_context=cfg.max_context)
     dm.tokenizer = tokenizer
     for task in dm.task_names:
         if get_task(task).output_type != "generate_until":
@@ -53,7 +53,7 @@ def build_prompts(cfg, tokenizer, max_length: int) -> tuple[dict[str, TaskPrompt
             stop = tuple(r.stop)
             out[task] = TaskPrompts(task, [], dm.stop_ids.get(stop, frozenset()), tuple(s for s in stop if len(s) > 1),
                                     dm.max_new_tokens(task), dm.sampling(task), dm.uses_chat_template(task),
-                                    dm.sources.get(task, {}).get("eval", {}))
+                                    dm.sources.get(task, {}).get(dm.eval_split(task), {}))
         limit = dm.max_new_tokens(task, req.row)
         context, question, cut = split_prompt(tokenizer, dm.render(task, r.context), r.document, max_length - limit,
                                               f"{task} sample {req.row.get('id')!r}")
