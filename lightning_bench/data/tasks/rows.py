@@ -152,22 +152,46 @@ def _local_files(task: TaskDefinition, split: str, data_dir, paths: list | None)
 
 
 def _from_hub(task: TaskDefinition, split: str, reader, max_rows: int | None) -> tuple[list[dict], dict]:
+    from dataclasses import replace
+
     from datasets import load_dataset  # heavy import; only the hub path needs it
 
     source = task.source
-    hub_splits = source.hub_splits.get(split, (split,))  # MNLI validation = matched + mismatched
+    # a reader whose hub set is not one config with a hub split per split (RULER: a config per length, all
+    # tasks mixed in one split; InfiniteBench: a file per task, read with explicit features) lays the load out
+    # itself: {"config", "hub_splits", "load_args": hub split -> more load_dataset arguments,
+    # "task_rows": (column, keep): the rows whose column value keep() accepts are the task's}
+    layout = reader.hub_layout(task, split) if getattr(reader, "hub_layout", None) else {}
+    config = layout.get("config", source.hub_config)
+    hub_splits = layout.get("hub_splits") or source.hub_splits.get(split, (split,))  # MNLI: matched + mismatched
+    if config != source.hub_config:  # the reader sees the config actually read (RULER: its length)
+        task = replace(task, source=replace(source, hub_config=config))
     rows: list[dict] = []
     for hub_split in hub_splits:
+        extra = layout["load_args"](hub_split) if "load_args" in layout else {}
         try:
-            ds = load_dataset(source.hub_id, source.hub_config, split=hub_split)
+            ds = load_dataset(source.hub_id, config, split=hub_split, **extra)
         # offline or not found (OSError), or a script-based hub dataset that this `datasets` refuses to run
         # (RuntimeError: LongBench v1, ZeroSCROLLS): the fix is local files
         except (OSError, RuntimeError) as err:
-            raise MissingData(f"{task.name}: cannot load {source.hub_id} ({source.hub_config}) split {hub_split!r} "
+            raise MissingData(f"{task.name}: cannot load {source.hub_id} ({config}) split {hub_split!r} "
                               f"from the hub ({type(err).__name__}); read local files with --data.data_dir "
                               "or --data.paths") from err
+        if "task_rows" in layout:  # several tasks in one split: this task's rows first, then the first max_rows
+            ds = _task_rows(task, ds, hub_split, *layout["task_rows"])
         if max_rows is not None:
             ds = ds.select(range(min(max_rows, len(ds))))
         rows += reader.from_hub(task, hub_split, list(ds))
-    origin = {"split": split, "hub": source.hub_id, "config": source.hub_config, "hub_splits": list(hub_splits)}
+    origin = {"split": split, "hub": source.hub_id, "config": config, "hub_splits": list(hub_splits)}
     return first_rows(rows, max_rows), origin
+
+
+def _task_rows(task: TaskDefinition, ds, hub_split: str, column: str, keep):
+    """The rows of `ds` whose `column` value `keep` accepts (filtered on that column alone: the contexts are long)."""
+    if column not in ds.column_names:  # a split of one task's rows only
+        return ds
+    kept = ds.filter(keep, input_columns=column)
+    if len(ds) and not len(kept):
+        raise ConfigError(f"{task.name}: {task.source.hub_id} ({task.source.hub_config}) split {hub_split!r} holds "
+                          f"no {task.short_name} rows (its {column}s: {', '.join(sorted(set(map(str, ds[column]))))})")
+    return kept

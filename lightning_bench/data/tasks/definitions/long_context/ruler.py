@@ -32,7 +32,7 @@ from __future__ import annotations
 from lightning_bench.data.tasks.definition import Benchmark, GenerationSettings, Source, Splits, TaskDefinition
 
 HUB = "simonjegou/ruler"
-HUB_LENGTH = "4096"  # the hub config (= context length) read by default
+HUB_LENGTH = "4096"  # the hub config (= context length) split "test" reads; a split named by a length reads that one
 FIELDS = ("index, input, outputs, length (RULER's generated jsonl); context, question, answer_prefix, "
           "max_new_tokens, depth, target_length (lightning_bench generate_ruler)")
 

@@ -89,6 +89,21 @@ def _file_rows(task, path: Path, start: int = 0) -> list[dict]:
     return _rows(task, json_rows(task.name, path, EXPECTED), str(path), start)
 
 
+def hub_layout(task, split: str) -> dict:
+    """xinrongzhang2022/InfiniteBench: one <task>.jsonl per task (the card's split of that name). The task files
+    do not agree on their columns' types, so `load_dataset(hub_id, split=...)` fails casting them to one
+    schema: read only this task's file, with the columns typed as the card's usage section types them."""
+    from datasets import Features, Sequence, Value
+
+    strings = Sequence(Value("string"))
+    features = Features({"id": Value("int64"), "context": Value("string"), "input": Value("string"),
+                         "answer": strings, "options": strings})
+    hub_splits = task.source.hub_splits.get(split, (split,))
+    return {"hub_splits": hub_splits,
+            "load_args": lambda hub_split: {"data_files": {hub_split: f"{hub_split}.jsonl"}, "features": features}}
+
+
 READERS = {"infinitebench": Reader(_file_rows, _rows)}
+READERS["infinitebench"].hub_layout = hub_layout  # rows.py's hub path asks it how to load the task's file
 FORMAT_FILES = {"infinitebench": "InfiniteBench's <task>.jsonl (id, context, input, answer, options), or one made by "
                                  "`lightning_bench infinitebench_generate`"}

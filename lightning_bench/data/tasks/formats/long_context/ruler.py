@@ -44,6 +44,11 @@ def family(short_name: str) -> str:
     return short_name.split("_")[0]
 
 
+def _is_mine(task, named) -> bool:
+    """Whether a row's `task` ("vt", or "ruler/vt") names this task."""
+    return str(named).removeprefix("ruler/") == task.short_name
+
+
 def split_input(task, text: str, where: str) -> tuple[str, str, str]:
     """(context, question, answer_prefix) of a RULER input, cut as kvpress cuts it."""
     kind = family(task.short_name)
@@ -70,7 +75,7 @@ def _row(task, row: dict, where: str, position: int) -> dict:
     if not isinstance(row, dict):
         raise ConfigError(f"{task.name}: {where} is not a JSON object; expected {EXPECTED}")
     named = row.get("task")
-    if named is not None and str(named).removeprefix("ruler/") != task.short_name:
+    if named is not None and not _is_mine(task, named):
         raise ConfigError(f"{task.name}: {where} is a {named} row, not {task.short_name}; name "
                           f"ruler/{task.short_name}.jsonl files for this task")
     outputs = _outputs(task, row, where)
@@ -106,7 +111,7 @@ def _file_rows(task, path: Path, start: int = 0) -> list[dict]:
 
 def _hub_rows(task, raw: list[dict], where: str, start: int = 0) -> list[dict]:
     """The task's own rows of a hub split holding every RULER task (kvpress's simonjegou/ruler)."""
-    mine = [r for r in raw if str(r.get("task", task.short_name)).removeprefix("ruler/") == task.short_name]
+    mine = [r for r in raw if _is_mine(task, r.get("task", task.short_name))]
     if raw and not mine:
         names = sorted({str(r.get("task")) for r in raw})
         raise ConfigError(f"{task.name}: {where} holds no {task.short_name} rows (its tasks: {', '.join(names)})")
@@ -118,6 +123,18 @@ def _hub_rows(task, raw: list[dict], where: str, start: int = 0) -> list[dict]:
     return rows
 
 
+def hub_layout(task, split: str) -> dict:
+    """kvpress's simonjegou/ruler: one config per context length, every task in its split "test". A split
+    named by a length reads that config; "test" the definition's (4096), as local_layout_ruler.yaml has it."""
+    if split != "test" and not split.isdigit():
+        raise ConfigError(f"{task.name}: RULER has no split {split!r} on the hub; ask 'test' ({task.source.hub_config} "
+                          "tokens) or a context length ('8192', ...)")
+    return {"config": task.source.hub_config if split == "test" else split, "hub_splits": ("test",),
+            # the task's rows before max_rows is counted: the first rows of the set are mostly other tasks'
+            "task_rows": ("task", lambda named: _is_mine(task, named))}
+
+
 READERS = {"ruler": Reader(_file_rows, _hub_rows)}
+READERS["ruler"].hub_layout = hub_layout  # rows.py's hub path asks it which config and rows to read
 FORMAT_FILES = {"ruler": "RULER's <length>/<task>.jsonl, generated with `lightning_bench generate_ruler --tokenizer "
                          "MODEL --out DATA/ruler --lengths 4096 ...` (or RULER's own prepare.py output)"}
