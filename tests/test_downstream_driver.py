@@ -172,3 +172,15 @@ def test_quick_test_preset_on_smollm2_slice(smollm2_dir, shared_data, tmp_path, 
     dense = results["cells"]["xsum__dense_s0.0_query_aware_seed1234"]["samples"][0]
     assert dense["generated"].strip() and "<|im_" not in dense["generated"]  # an answer, no template tokens
     assert "squad_v2" in (tmp_path / "quick_test" / "quick_test_summary.txt").read_text()
+
+
+def test_every_generation_task_has_a_headline_metric():
+    """Each task `downstream` can run names the per-example figure it pairs across methods, so no suite
+    fails after its examples were generated."""
+    from lightning_bench.data.tasks.registry import TASKS
+    from lightning_bench.experiments.downstream.scoring import primary_metric
+
+    generated = [name for name, t in TASKS.items() if t.output_type == "generate_until"]
+    assert len(generated) > 80  # summaries, QA, dialogue, code and every long-context suite
+    missing = [name for name in generated if not primary_metric(name)]
+    assert not missing

@@ -271,7 +271,8 @@ def test_zeroscrolls_f1_accuracy_similarity_and_concordance():
     # vs "12 layers": {twelve, layers} vs {12, layers}: P = R = 1/2 -> 0.5; vs "twelve": P = 1/2, R = 1 -> 2/3
     rows = [{"outputs": ["12 layers", "twelve"]}]
     figures, per = _score("zeroscrolls/qasper", rows, ["twelve layers"])
-    assert per == [{"f1": pytest.approx(200 / 3)}] and figures["score"] == pytest.approx(200 / 3)
+    assert per == [{"f1": pytest.approx(200 / 3), "score": pytest.approx(200 / 3)}]
+    assert figures["score"] == pytest.approx(200 / 3)
     assert zs.f1_score("Café", "cafe") == 1.0  # transliterated to ASCII after normalising
     assert zs.f1_score("Dumbledore’s", "Dumbledore's") == 0.0  # ’ survives punctuation removal, becomes '
     assert zs.accuracy_score("B", "(B) Mara") == 1.0 and zs.accuracy_score("The answer is (B).", "(B) Mara") == 1.0
@@ -292,10 +293,27 @@ def test_zeroscrolls_rouge_geometric_mean():
     # The second reference shares nothing: the max per type keeps the first. Score = (2/3 x 4/7 x 2/3)^(1/3) x 100
     rows = [{"outputs": ["the cat sat on the mat", "a dog barked"]}]
     figures, per = _score("zeroscrolls/squality", rows, ["the cat sat"])
-    assert per[0] == pytest.approx({"rouge1": 200 / 3, "rouge2": 400 / 7, "rougeL": 200 / 3})
+    expected = 100 * (2 / 3 * 4 / 7 * 2 / 3) ** (1 / 3)
+    assert per[0] == pytest.approx({"rouge1": 200 / 3, "rouge2": 400 / 7, "rougeL": 200 / 3, "score": expected})
     assert figures["score"] == pytest.approx(100 * (2 / 3 * 4 / 7 * 2 / 3) ** (1 / 3))
     assert figures["score_ci95"] is None and figures["metric"] == "rouge_geometric_mean"
     gov = load_rows("zeroscrolls/gov_report", "eval", data_dir=DATA) * 2  # two samples: a bootstrap interval
     figures, _ = _score("zeroscrolls/gov_report", gov, [gov[0]["outputs"][0], "nothing related"])
     # sample 1: 100 on all three; sample 2: 0 -> means 50, 50, 50 -> geometric mean 50
     assert figures["score"] == pytest.approx(50.0) and len(figures["score_ci95"]) == 2
+
+
+def test_downstream_pairs_each_suite_by_its_per_example_score():
+    """`lightning_bench downstream` compares methods example by example on the headline figure: LongBench's
+    score, LongBench v2's accuracy, ZeroSCROLLS's score (a ROUGE task: the example's own geometric mean)."""
+    from lightning_bench.experiments.downstream.scoring import per_example, primary_metric
+
+    rows = load_rows("longbench_e/qasper", "eval", data_dir=DATA)
+    _, per = _score("longbench_e/qasper", rows, ["WikiText-103", "12 layers", "no"])
+    assert primary_metric("longbench_e/qasper") == "score"
+    assert per_example("longbench_e/qasper", per) == pytest.approx([100, 200 / 3, 0])
+    rows = load_rows("longbench_v2", "eval", data_dir=DATA)
+    _, per = _score("longbench_v2", rows, ["The correct answer is (B)", "The correct answer is (A)", "unsure"])
+    assert per_example("longbench_v2", per) == [100.0, 0.0, 0.0]
+    _, per = _score("zeroscrolls/squality", [{"outputs": ["the cat sat on the mat"]}] * 2, ["the cat sat", "dog"])
+    assert per_example("zeroscrolls/squality", per) == pytest.approx([100 * (2 / 3 * 4 / 7 * 2 / 3) ** (1 / 3), 0])

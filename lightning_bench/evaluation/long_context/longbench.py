@@ -348,3 +348,4 @@ def _longbench_v2(task, rows, preds, pairs):
 
 
 SCORERS = {"longbench": _longbench, "longbench_v2": _longbench_v2}
+PRIMARY = {"longbench": "score", "longbench_v2": "accuracy"}  # the per-example figure `downstream` pairs

@@ -10,6 +10,7 @@ from lightning_bench.data.tasks import get_task
 from lightning_bench.data.tasks.requests import Generation
 from lightning_bench.errors import ConfigError
 from lightning_bench.evaluation.prompted import split_prompt
+from lightning_bench.experiments.downstream.scoring import primary_metric
 
 
 @dataclass
@@ -44,6 +45,7 @@ def build_prompts(cfg, tokenizer, max_length: int) -> tuple[dict[str, TaskPrompt
         if get_task(task).output_type != "generate_until":
             raise ConfigError(f"{task} is scored by log-likelihood, not generated: `downstream` compares KV-cache "
                               f"methods on generation; use `lightning_bench test --task {task} --sparsity ...`")
+        primary_metric(task)  # a task without a headline metric: one line now, not after its generation
     dm.setup("test")  # rows, requests, stop tokens; a prompt that cannot fit is a one-line error here
     out: dict[str, TaskPrompts] = {}
     for req in dm.requests:

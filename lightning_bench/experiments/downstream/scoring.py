@@ -12,6 +12,7 @@ import numpy as np
 from scipy import stats
 
 from lightning_bench.data.tasks import get_task
+from lightning_bench.errors import ConfigError
 from lightning_bench.evaluation import squad_metrics
 from lightning_bench.evaluation.bootstrap import figures
 from lightning_bench.evaluation.generative_scoring import is_generative, score_generative
@@ -26,12 +27,15 @@ PAIRED_METHOD = ("paired percentile bootstrap of the mean difference (cell - ref
 
 
 def primary_metric(task: str) -> str:
-    family = get_task(task).metrics[0]
-    if family in PRIMARY:
-        return PRIMARY[family]
+    """The per-example figure of `task` the summary, the retention and the paired intervals use."""
     from lightning_bench.evaluation.long_context import PRIMARY as LONG_CONTEXT
 
-    return LONG_CONTEXT[family]
+    family = get_task(task).metrics[0]
+    key = PRIMARY.get(family) or LONG_CONTEXT.get(family)
+    if key is None:  # a new metric family without a headline: say so before any example is generated
+        raise ConfigError(f"{task}: its metric family {family!r} has no headline metric for `downstream`; add it "
+                          "to PRIMARY (experiments/downstream/scoring.py or its suite's evaluation module)")
+    return key
 
 
 def predictions(request, texts: list[str], tokens: list[int]) -> dict:
