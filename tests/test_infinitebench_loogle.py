@@ -260,6 +260,10 @@ def test_generated_file_reads_back_and_scores(smollm2_dir, smollm2_tokenizer, tm
     written = [json.loads(line) for line in out.read_text().splitlines()]
     assert [sorted(r) for r in written] == [["answer", "context", "id", "input", "len"]] * 3
     assert written == generate("passkey", smollm2_tokenizer, [700], depths_of(3), seed=5)
+    manifest = json.loads((tmp_path / "passkey.jsonl.manifest.json").read_text())
+    assert (manifest["task"], manifest["rows"], manifest["lengths"], manifest["seed"]) == ("passkey", 3, [700], 5)
+    assert manifest["depths"] == depths_of(3) and "smollm2" in json.dumps(manifest["tokenizer"]).lower()
+    assert not list(tmp_path.glob(".*.tmp"))  # written atomically: no temporary file left
     rows = _rows("infinitebench/passkey", write_jsonl(written, tmp_path / "again.jsonl"))
     figures, per = _score("infinitebench/passkey", rows, [f"The pass key is {rows[0]['answers'][0]}.", "no idea", ""])
     assert [s["score"] for s in per] == [100.0, 0.0, 0.0] and figures["score"] == pytest.approx(100 / 3)

@@ -168,10 +168,13 @@ def generate(task: str, tokenizer, lengths: Sequence[int], depths: Sequence[floa
     return rows
 
 
-def write_jsonl(rows: list[dict], path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+def write_jsonl(rows: list[dict], path: str | Path, manifest: dict | None = None) -> Path:
+    """The rows as JSON lines, atomically; `manifest` (how they were made) beside them as <path>.manifest.json."""
+    from lightning_bench.results.io import write_text_atomic
+
+    path = write_text_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    if manifest is not None:
+        write_text_atomic(path.with_name(path.name + ".manifest.json"), json.dumps(manifest, indent=1) + "\n")
     return path
 
 
@@ -191,7 +194,11 @@ def main(argv: list[str]) -> int:
     from lightning_bench.data.tokenization import HFTokenizer
 
     depths = args.depth if args.depth else depths_of(args.depths)
-    rows = generate(args.task, HFTokenizer(args.tokenizer), args.length, depths, args.per_depth, args.seed)
-    path = write_jsonl(rows, args.output)
+    tokenizer = HFTokenizer(args.tokenizer)
+    rows = generate(args.task, tokenizer, args.length, depths, args.per_depth, args.seed)
+    manifest = {"generator": "lightning_bench.data.infinitebench_generate", "task": args.task, "rows": len(rows),
+                "lengths": args.length, "depths": depths, "per_depth": args.per_depth, "seed": args.seed,
+                "tokenizer": tokenizer.describe()}
+    path = write_jsonl(rows, args.output, manifest)
     print(f"{len(rows)} {args.task} rows ({', '.join(map(str, args.length))} tokens, {len(depths)} depths) -> {path}")
     return 0

@@ -58,7 +58,6 @@ import os
 import random
 import re
 import sys
-import tempfile
 import uuid
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -67,6 +66,7 @@ from typing import Callable, Optional, Sequence
 
 from lightning_bench.data.tasks.definitions.long_context.ruler import SPECS, TASK_NAMES, tokens_to_generate
 from lightning_bench.errors import ConfigError, MissingData, unknown_name
+from lightning_bench.results.io import write_text_atomic
 
 GENERATOR_VERSION = 1
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
@@ -751,21 +751,7 @@ def _fit(short: str, sample: _Sample, tokenizer, target: int, max_new: int, gues
 # ---- command line ------------------------------------------------------------------------------------------
 def write_rows(path: Path, rows: list[dict]) -> Path:
     """JSON lines written atomically (a temporary file beside, then renamed)."""
-    return _write_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-
-
-def _write_atomic(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; data files are for everyone to read
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    return write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -829,6 +815,6 @@ def main(argv: Optional[list[str]] = None) -> int:
                               "haystack": rows[0]["haystack"], "depth": depth, "words": args.words,
                               "tokenizer": tokenizer.describe(), "source": sources.get(source),
                               "length_min": min(lengths), "length_max": max(lengths)}
-            _write_atomic(manifest_path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+            write_text_atomic(manifest_path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
             print(f"ruler/{task} @{length}: {len(rows)} rows, lengths {min(lengths)}-{max(lengths)} -> {path}")
     return 0

@@ -26,7 +26,7 @@ from lightning_bench.data.tasks.definition import Benchmark, GenerationSettings,
 from lightning_bench.data.tasks.formats.long_context.infinitebench import math_prefix
 
 HUB = "xinrongzhang2022/InfiniteBench"
-FIELDS = "id, context, input, answer, options (the generated tasks: context, input, answer, len)"
+FIELDS = "id, context, input, answer, options (the benchmark's generated tasks: context, input, answer, len)"
 FIND_IT = "There is an important info hidden inside a lot of irrelevant text. Find it"
 QUIZ = "I will quiz you about the important information there."
 

@@ -1,6 +1,7 @@
 """InfiniteBench (Zhang et al., 2024; OpenBMB/InfiniteBench) rows: the benchmark's own JSON lines, one
-object per sample, `{id, context, input, answer, options}` (the generated tasks' files, and the 8k passkey
-sample in ../shared/data, have `len` instead of `id`/`options`), or the hub's rows of
+object per sample, `{id, context, input, answer, options}` (the benchmark's generated-task files, and the 8k
+passkey sample in ../shared/data, have `len` instead of `id`/`options`; `lightning_bench infinitebench_generate`
+writes `id` and `len`), or the hub's rows of
 xinrongzhang2022/InfiniteBench (one split per task, `answer` and `options` as lists of strings).
 
 Rows get `id` (the file's, else the position), `context`, `input` (the question), `answers` (strings) and
