@@ -130,6 +130,17 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _check_fixed_budget(budget_tokens: Optional[int], Tc: int, Tq: int, protocol: str) -> int:
+    """The tokens the first compression applies to; a fixed budget larger than them is a one-line error."""
+    agnostic = protocol == "query_agnostic" and Tq > 0
+    compressed = Tc if agnostic else Tc + Tq
+    if budget_tokens is not None and budget_tokens > compressed:
+        what = "the context" if agnostic else "the context + question"
+        raise ConfigError(f"--sparsity.budget_tokens {budget_tokens} is larger than {what} ({compressed} tokens, "
+                          f"protocol {protocol}); lower it or use a longer context")
+    return compressed
+
+
 @dataclass
 class PrefilledPrompt:
     """One prompt prefilled under a protocol, to be continued by any method (`continue_prompt`).
@@ -209,11 +220,7 @@ def continue_prompt(net, prompt: PrefilledPrompt, method: Union[str, Method] = "
         raise ConfigError(f"the prompt was prefilled without the attention statistics {method.name!r} reads "
                           f"({', '.join(method.needs.names())}); pass it to prefill_prompt(methods=...)")
     Tc, Tq, agnostic, protocol = prompt.context_tokens, prompt.question_tokens, prompt.agnostic, prompt.protocol
-    compressed = prompt.compressed_tokens
-    if budget_tokens is not None and budget_tokens > compressed:
-        what = "the context" if agnostic else "the context + question"
-        raise ConfigError(f"--sparsity.budget_tokens {budget_tokens} is larger than {what} ({compressed} tokens, "
-                          f"protocol {protocol}); lower it or use a longer context")
+    compressed = _check_fixed_budget(budget_tokens, Tc, Tq, protocol)
     stop_ids = frozenset(int(t) for t in stop_ids)
     state, logits, question_ids = prompt.state, prompt.logits, prompt.question_ids
     recorder = prompt.recorders.get(method.needs) if method.needs else None
@@ -307,6 +314,9 @@ def generate_for_task(net, context_ids: torch.Tensor, question_ids: Optional[tor
     check_budget(method, sparsity, budget_tokens)
     check_rounding(rounding)
     _check_decoding(interval, max_new_tokens, temperature, top_p, stop_strings, tokenizer)
+    if budget_tokens is not None:  # a fixed budget larger than the first compression's span: one line, before the prefill
+        Tq = 0 if question_ids is None else _as_row(question_ids, "question_ids", allow_empty=True).shape[1]
+        _check_fixed_budget(budget_tokens, _as_row(context_ids, "context_ids", allow_empty=False).shape[1], Tq, protocol)
     prompt = prefill_prompt(net, context_ids, question_ids, protocol, [method])
     return continue_prompt(net, prompt, method, sparsity=sparsity, budget_tokens=budget_tokens, interval=interval,
                            max_new_tokens=max_new_tokens, stop_ids=stop_ids, stop_strings=stop_strings,
