@@ -184,3 +184,42 @@ def test_every_generation_task_has_a_headline_metric():
     assert len(generated) > 80  # summaries, QA, dialogue, code and every long-context suite
     missing = [name for name in generated if not primary_metric(name)]
     assert not missing
+
+
+def test_bits_8_runs_the_grid_on_low_bit_layers_and_is_part_of_the_fingerprint(tiny_hf, shared_data, tmp_path,
+                                                                                 capsys):
+    """--bits 8 composes with the methods and both protocols: the cells run on bitsandbytes int8 layers (the
+    record says which, and how many), and a cell folder written at 32 bits is refused at 8 (and back)."""
+    grid = ("--tasks", "xsum", "--methods", "dense", "h2o", "--sparsity", "0.5", "--protocols", "query_aware",
+            "query_agnostic")
+    code, out, err = run(_args(tiny_hf, shared_data, tmp_path / "r", *grid, "--bits", "8"), capsys)
+    assert code == 0, err
+    results = _results(tmp_path / "r")
+    model = results["config"]["model"]
+    assert model["bits"] == 8 and model["quantization"]["bits"] == 8
+    assert model["quantization"]["quantized_layers"] > 0 and "int8" in model["quantization"]["scheme"]
+    assert len(results["cells"]) == 4
+    assert all(c["protocol"]["model"]["bits"] == 8 for c in results["cells"].values())
+    code, out, err = run(_args(tiny_hf, shared_data, tmp_path / "r", *grid), capsys)  # same folder, 32 bits
+    lines = [line for line in err.splitlines() if line.startswith("lightning_bench: error:")]
+    assert code == 2 and len(lines) == 1 and "made under other settings" in lines[0], err
+
+
+def test_bits_16_contradicting_the_model_dtype_is_one_line(tiny_hf, shared_data, tmp_path, capsys):
+    code, out, err = run(_args(tiny_hf, shared_data, tmp_path / "r", "--bits", "16", "--model.dtype", "float16"),
+                         capsys)
+    lines = [line for line in err.splitlines() if line.startswith("lightning_bench: error:")]
+    assert code == 2 and len(lines) == 1 and "--bits 16" in lines[0] and "--model.dtype float16" in lines[0], err
+    assert not (tmp_path / "r").exists()
+
+
+def test_long_context_tasks_default_to_the_model_window():
+    """Without --max_length / --max_context a long-context suite gets the model's whole window (a 4k RULER
+    set must not lose its middle to the 2048 default), other tasks the 2048 cap as before."""
+    from lightning_bench.data.tasks import default_max_length
+
+    assert default_max_length(["xsum"], 8192) == 2048
+    assert default_max_length(["xsum"], 1024) == 1024
+    assert default_max_length(["ruler/vt"], 8192) == 8192
+    assert default_max_length(["xsum", "loogle/shortdep_qa"], 8192) == 8192
+    assert default_max_length(["infinitebench/passkey"], None) == 2048

@@ -11,7 +11,7 @@ from typing import Optional, Union
 
 import lightning as L
 
-from lightning_bench.data.tasks import expand_tasks, load_rows
+from lightning_bench.data.tasks import default_max_length, expand_tasks, load_rows
 from lightning_bench.data.tokenization import build_tokenizer
 from lightning_bench.errors import ConfigError
 
@@ -27,7 +27,8 @@ class TaskDataModule(L.LightningDataModule):
         paths: per-task files overriding the defaults, e.g. {"glue/sst2": "my/dev.tsv"} (the eval
             split) or {"glue/sst2:train": "my/train.tsv"}.
         tokenizer: `auto` = the model's own (pretrained models); else `word`, `gpt2` or an HF folder/id.
-        max_length: longest model input in tokens. None = the model's limit, at most 2048.
+        max_length: longest model input in tokens. None = the model's limit, at most 2048; with a long-context
+            task (RULER, InfiniteBench, LooGLE, LongBench, ZeroSCROLLS, rows) the model's limit.
         batch_size: rows per forward (the default matches LMDataModule's: `--task` swaps the DataModule
             class and jsonargparse carries same-named values over, so equal defaults keep runs the same).
     """
@@ -49,8 +50,7 @@ class TaskDataModule(L.LightningDataModule):
         if self.hparams.max_length is not None:
             return self.hparams.max_length
         model = self.trainer.lightning_module if self.trainer is not None else None
-        limit = getattr(model, "max_seq_len", None)
-        return min(2048, limit) if limit else 2048
+        return default_max_length(self.task_names, getattr(model, "max_seq_len", None))
 
     @property
     def dataset_name(self) -> str:

@@ -48,6 +48,18 @@ def get_task(name: str) -> TaskDefinition:
     raise ConfigError(f"{name!r} names {len(tasks)} tasks, not one; pick one of: {', '.join(tasks)}")
 
 
+def default_max_length(tasks: list[str], window: int | None) -> int:
+    """The model-input limit when none is given: the model's window for a run with a long-context task
+    (those suites exist to fill it: a 4k RULER set must not lose its middle to a 2048 default), else
+    min(2048, window); 2048 when the window is unknown."""
+    from lightning_bench.data.tasks.definitions.long_context import TASKS as LONG_CONTEXT
+
+    if window is None:
+        return 2048
+    long_names = {t.name for t in LONG_CONTEXT}
+    return window if any(t in long_names for t in tasks) else min(2048, window)
+
+
 def expand_tasks(spec: str | list[str]) -> list[str]:
     """"glue" -> its 9 tasks, "mmlu" -> its 57 subjects, "glue/sst2,squad" -> both; order kept, no repeats."""
     parts = spec.split(",") if isinstance(spec, str) else [p for s in spec for p in s.split(",")]

@@ -27,6 +27,7 @@ import torch
 
 from lightning_bench.errors import PROG, ConfigError
 from lightning_bench.data.downstream.prompted import check_window
+from lightning_bench.data.tasks import default_max_length
 from lightning_bench.experiments.core.config import check_name, parse_command
 from lightning_bench.experiments.core.store import CellFolder
 from lightning_bench.experiments.downstream.config import DownstreamConfig
@@ -47,6 +48,17 @@ def _protocol(config: dict, prompts: TaskPrompts, method: str, method_params: di
             "max_new_tokens": prompts.max_new_tokens, "sampling": {k: v for k, v in prompts.sampling.items() if k != "seed"},
             "chat_template": prompts.chat_template, "examples": len(prompts.samples),
             "interval": config["interval"], "method_params": method_params, "device": config["device_type"]}
+
+
+def _model_record(cfg: DownstreamConfig, quantization) -> dict:
+    """The model as the cells' fingerprint and the results name it; `bits` only when not 32, so the cells
+    of full-precision runs keep the fingerprint they were written with."""
+    out = {"pretrained": cfg.model.pretrained, "dtype": cfg.weights_dtype(), "revision": cfg.model.revision}
+    if cfg.bits != 32:
+        out["bits"] = cfg.bits
+    if quantization is not None:
+        out["quantization"] = quantization.as_dict()  # path, scheme, kernel, layers kept fp32, size
+    return out
 
 
 def _check_budgets(cfg: DownstreamConfig, prompts: dict[str, TaskPrompts]) -> None:
@@ -167,25 +179,30 @@ def main(argv: list[str]) -> int:
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     name = check_name("--name", cfg.name)
-    module = HFLanguageModel(cfg.model.pretrained, dtype=cfg.model.dtype, revision=cfg.model.revision)
+    module = HFLanguageModel(cfg.model.pretrained, dtype=cfg.weights_dtype(), revision=cfg.model.revision)
     limit = module.max_seq_len
     if cfg.max_context is not None and cfg.max_length is None:
         check_window(cfg.max_context, limit, "--max_context", "--max_length")
-    max_length = cfg.max_length or cfg.max_context or (min(2048, limit) if limit else 2048)
+    max_length = cfg.max_length or cfg.max_context or default_max_length(cfg.tasks, limit)
     if limit is not None and max_length > limit:
         raise ConfigError(f"--max_length {max_length} is longer than the model's context ({limit}); lower it")
     source = module.tokenizer_source
     tokenizer = build_tokenizer(source["name"], **source.get("kwargs", {}))
     prompts, provenance = build_prompts(cfg, tokenizer, max_length)
     _check_budgets(cfg, prompts)
-    net = module.build_network(tokenizer.vocab_size).to(device).eval()
+    quantization = None
+    if cfg.bits in (8, 4):  # bitsandbytes low-bit Linear layers straight from the checkpoint, as `test --bits`
+        quantization = module.load_quantized(cfg.bits, tokenizer.vocab_size)
+        net = module.net.to(device).eval()
+    else:
+        net = module.build_network(tokenizer.vocab_size).to(device).eval()
     resolve_network(net)  # a model without a KV cache: one line, before any cell runs
 
     folder = Path(cfg.results_dir) / name
     cells = CellFolder(folder / "cells", CELL_FILE, "use another --name")
     memory = CallPeakMemory(device)
     config = {"command": COMMAND, **parsed.resolved, "tasks": cfg.tasks, "max_length": max_length,
-              "model": {"pretrained": cfg.model.pretrained, "dtype": cfg.model.dtype, "revision": cfg.model.revision},
+              "model": _model_record(cfg, quantization),
               "device": str(device), "device_type": device.type, "threads": torch.get_num_threads(), "batch_size": 1}
     command = shlex.join([PROG, COMMAND, *argv])
 

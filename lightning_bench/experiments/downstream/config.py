@@ -48,7 +48,8 @@ class DownstreamConfig:
     paths: Optional[dict[str, Any]] = None
     """per-task files, as `lightning_bench test --data.paths`"""
     max_length: Optional[int] = None
-    """prompt + answer tokens (None: the model's limit, at most 2048); longer documents lose their middle"""
+    """prompt + answer tokens (None: the model's limit, at most 2048 unless a task is a long-context one);
+    longer documents lose their middle"""
     max_context: Optional[int] = None
     """context length in tokens, counted as RULER counts it (prompt + answer): suites generated per length
     read their set of this length (RULER: ruler/<N>/); every prompt is cut to it (--max_length's default);
@@ -65,6 +66,10 @@ class DownstreamConfig:
     """nucleus sampling mass (None: the task's own)"""
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     """{method: {parameter: value}}, e.g. --method_params.h2o.recent_ratio 0.2"""
+    bits: Literal[32, 16, 8, 4] = 32
+    """weights, as `test --bits`: 32 = --model.dtype; 16 = bfloat16 weights and activations; 8 / 4 =
+    bitsandbytes Linear8bitLt (int8, W8A8) / Linear4bit (nf4) loaded from the checkpoint, the layers the
+    family keeps fp32 left so. The KV cache holds the activations' dtype (fp32 under 8 / 4)."""
     name: str = "downstream"
     """experiment name: {results_dir}/{name}/ holds the cells, {name}_results.json, {name}_summary.txt"""
     results_dir: str = "benchmark_results/downstream"
@@ -111,6 +116,16 @@ class DownstreamConfig:
         check_at_least("--max_new_tokens", self.max_new_tokens, 1)
         check_at_least("--max_context", self.max_context, 8)
         check_at_least("--threads", self.threads, 1)
+        self.weights_dtype()  # --bits 16 against another --model.dtype: one line
+
+    def weights_dtype(self) -> str:
+        """The dtype the model is loaded in: --model.dtype, bfloat16 under --bits 16."""
+        if self.bits != 16:
+            return self.model.dtype
+        if self.model.dtype not in ("float32", "bfloat16"):
+            raise ConfigError(f"--bits 16 loads bfloat16 weights; --model.dtype {self.model.dtype} contradicts it: "
+                              "drop one of them")
+        return "bfloat16"
 
     def budgets(self, method: str) -> list[tuple[str, float]]:
         """("sparsity", s) and ("budget_tokens", n) levels of `method`; dense: only ("sparsity", 0.0)."""
