@@ -175,8 +175,8 @@ def _from_hub(task: TaskDefinition, split: str, reader, max_rows: int | None) ->
         # (RuntimeError: LongBench v1, ZeroSCROLLS): the fix is local files
         except (OSError, RuntimeError) as err:
             raise MissingData(f"{task.name}: cannot load {source.hub_id} ({config}) split {hub_split!r} "
-                              f"from the hub ({type(err).__name__}); read local files with --data.data_dir "
-                              "or --data.paths") from err
+                              f"from the hub ({type(err).__name__}); read local files: {_local_hint(task, split)}"
+                              ) from err
         if "task_rows" in layout:  # several tasks in one split: this task's rows first, then the first max_rows
             ds = _task_rows(task, ds, hub_split, *layout["task_rows"])
         if max_rows is not None:
@@ -184,6 +184,14 @@ def _from_hub(task: TaskDefinition, split: str, reader, max_rows: int | None) ->
         rows += reader.from_hub(task, hub_split, list(ds))
     origin = {"split": split, "hub": source.hub_id, "config": config, "hub_splits": list(hub_splits)}
     return first_rows(rows, max_rows), origin
+
+
+def _local_hint(task: TaskDefinition, split: str) -> str:
+    """Which file --data.data_dir would supply for `split`, in which format: the offline user's next step."""
+    paths = local_layout(task).get(split)
+    where = (f"--data.data_dir DIR reads DIR/{' and DIR/'.join(paths)}" if paths
+             else f"no file under --data.data_dir is known for split {split!r}")
+    return f"{where}, expected: {_expected_files(task.source.format)}; or name the files with --data.paths"
 
 
 def _task_rows(task: TaskDefinition, ds, hub_split: str, column: str, keep):

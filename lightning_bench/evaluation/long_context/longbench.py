@@ -21,7 +21,7 @@ report the mean per length bucket (the row's `length`: words for English, charac
   summary-level LCS counts the distinct words of the union of the LCSs of every (reference sentence,
   prediction sentence) pair over the distinct words of each side, F = 2PR / (P + R + 1e-8). Any error of
   the package (an empty prediction or reference: no sentence left) scores 0, as the official bare
-  `except` does. `rouge_l_package` re-implements that formula, tie-breaks of the LCS reconstruction
+  `except` does. `rouge_package.rouge_l_f` re-implements that formula, tie-breaks of the LCS reconstruction
   included (checked against the package on random texts when this was written). One difference: the
   package reconstructs the LCS recursively, so a (reference sentence, prediction sentence) pair of about
   1000 words or more raises RecursionError under Python's default limit, which the official `except`
@@ -63,6 +63,7 @@ from typing import Callable, Optional, Sequence
 from lightning_bench.errors import ConfigError
 from lightning_bench.evaluation.open_qa_metrics import bag_f1
 from lightning_bench.evaluation.bootstrap import figures
+from lightning_bench.evaluation.long_context.rouge_package import rouge_l_f
 
 # ---- per-task setup (LongBench/eval.py) ----------------------------------------------------------------
 
@@ -128,59 +129,14 @@ def qa_f1_zh_score(prediction: str, gold: str) -> float:
     return token_f1(words(prediction), words(gold))
 
 
-# ---- ROUGE-L as the `rouge` package computes it --------------------------------------------------------
-
-def _package_sentences(text: str) -> list[str]:
-    """The package's split: every "." ends a sentence, empty pieces dropped, whitespace collapsed in each
-    (a piece of blanks stays, as the empty sentence "")."""
-    return [" ".join(piece.split()) for piece in text.split(".") if piece]
-
-
-def _lcs_words(ref: list[str], hyp: list[str]) -> set[str]:
-    """The distinct words of the LCS of `ref` and `hyp` that the package reconstructs: walking back from the
-    end, a match is taken, else a step up (dropping a reference word) only when that keeps a strictly longer
-    LCS than a step left, else left."""
-    n, m = len(ref), len(hyp)
-    table = [[0] * (m + 1) for _ in range(n + 1)]
-    for i in range(1, n + 1):
-        row, above, word = table[i], table[i - 1], ref[i - 1]
-        for j in range(1, m + 1):
-            row[j] = above[j - 1] + 1 if word == hyp[j - 1] else max(above[j], row[j - 1])
-    words, i, j = set(), n, m
-    while i > 0 and j > 0:
-        if ref[i - 1] == hyp[j - 1]:
-            words.add(ref[i - 1])
-            i, j = i - 1, j - 1
-        elif table[i - 1][j] > table[i][j - 1]:
-            i -= 1
-        else:
-            j -= 1
-    return words
-
-
-def rouge_l_package(prediction: str, reference: str) -> float:
-    """ROUGE-L F of the `rouge` package (see the module docstring); 0.0 where the package raises."""
-    hyp, ref = _package_sentences(prediction), _package_sentences(reference)
-    if not hyp or not ref:  # "Hypothesis is empty." / "Reference is empty.": the official except gives 0
-        return 0.0
-    hyp_words = [s.split(" ") for s in hyp]
-    ref_words = [s.split(" ") for s in ref]
-    union: set[str] = set()
-    for r in ref_words:
-        for h in hyp_words:
-            union |= _lcs_words(r, h)
-    m = len({w for s in ref_words for w in s})  # distinct words: the package keeps n-grams in sets
-    n = len({w for s in hyp_words for w in s})
-    recall, precision = len(union) / m, len(union) / n
-    return 2.0 * (precision * recall) / (precision + recall + 1e-8)
-
+# ---- ROUGE-L as the `rouge` package computes it (rouge_package.py) -------------------------------------
 
 def rouge_score(prediction: str, gold: str) -> float:
-    return rouge_l_package(prediction, gold)
+    return rouge_l_f(prediction, gold)
 
 
 def rouge_zh_score(prediction: str, gold: str) -> float:
-    return rouge_l_package(" ".join(jieba_words(prediction)), " ".join(jieba_words(gold)))
+    return rouge_l_f(" ".join(jieba_words(prediction)), " ".join(jieba_words(gold)))
 
 
 # ---- classification, retrieval, counting, code ---------------------------------------------------------

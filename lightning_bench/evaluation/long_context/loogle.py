@@ -7,11 +7,17 @@ QA and summarization (`automatic_sim`), per question, then the mean over questio
   not the geometric mean of 1..4), no smoothing: brevity penalty x clipped n-gram precision, 0 when no
   unigram matches (nltk's early exit) or no 4-gram matches (nltk returns 2.2e-308 there). Implemented here
   (nltk is no dependency); tests check it against nltk where nltk is installed.
-- rouge1, rouge2, rougeL: RECALL, as LooGLE's get_rouge_score reports by default (metric="r"), computed
-  with Google's rouge-score (its tokenizer: lower-case, runs of non-alphanumerics split; no stemming).
-  LooGLE itself runs the `rouge` package (pltrdy), which splits sentences on "." and words on spaces and
-  counts distinct n-grams, so its figures can differ from these by a few points.
-- an empty prediction is scored as "None", as LooGLE's automatic_eval.py does.
+- rouge1, rouge2, rougeL: RECALL, as LooGLE's get_rouge_score reports by default (metric="r"), of the `rouge`
+  package (pltrdy/rouge 1.0.1: `from rouge import Rouge`; LooGLE's requirements.txt names rouge-score, which
+  provides no `rouge` module), re-implemented in rouge_package.py: sentences split on ".", words on spaces,
+  case and punctuation kept, DISTINCT n-grams, summary-level ROUGE-L. Not Google's rouge-score (which
+  lower-cases, drops punctuation and counts repeated n-grams), whose figures differ from these by tens of
+  points on single answers. Checked equal to the package on LooGLE's shared sample and random texts when
+  this was written; a sentence pair of ~1000 words, where the package hits Python's recursion limit, is
+  scored here (rouge_package.py).
+- an empty prediction is scored as "None", as LooGLE's automatic_eval.py does. A prediction (or gold) with
+  no sentence left (dots only: "...") makes the package raise, which stops LooGLE's script (no `except`);
+  here its three ROUGE figures are 0.
 - omitted: METEOR (nltk's single_meteor_score needs the wordnet data, which cannot be downloaded here),
   BERTScore (a downloaded roberta-large) and the GPT-4 judge (the OpenAI API); the figures list them
   under `omitted`.
@@ -30,17 +36,18 @@ from __future__ import annotations
 import ast
 import math
 from collections import Counter
-from functools import lru_cache
 
 import numpy as np
 
 from lightning_bench.evaluation.bootstrap import figures
+from lightning_bench.evaluation.long_context import rouge_package
 
 OMITTED = ["meteor", "bertscore", "gpt4_score"]
 OMITTED_WHY = ("omitted offline: METEOR needs nltk's wordnet data (not downloadable here), BERTScore a "
                "downloaded roberta-large, the GPT-4 judge the OpenAI API")
-ROUGE_NOTE = ("ROUGE-1/2/L recall (LooGLE's metric='r') by rouge-score, no stemming; LooGLE's own `rouge` "
-              "package tokenizes differently")
+ROUGE_NOTE = ("ROUGE-1/2/L recall (LooGLE's metric='r') of the `rouge` package (pltrdy/rouge 1.0.1), "
+              "as LooGLE's get_rouge_score")
+ROUGE_KEYS = {"rouge1": "rouge-1", "rouge2": "rouge-2", "rougeL": "rouge-l"}  # ours: the package's
 
 
 def _ngrams(tokens: list[str], n: int) -> Counter:
@@ -68,17 +75,10 @@ def bleu(reference: str, hypothesis: str) -> dict:
             "bleu4": 100.0 * sentence_bleu_one_order(ref, hyp, 4)}
 
 
-@lru_cache(maxsize=1)
-def _rouge():
-    from rouge_score import rouge_scorer
-
-    return rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=False)
-
-
 def rouge_recall(reference: str, hypothesis: str) -> dict:
-    """{"rouge1", "rouge2", "rougeL"}: recall x100."""
-    scores = _rouge().score(reference, hypothesis)
-    return {k: 100.0 * scores[k].recall for k in ("rouge1", "rouge2", "rougeL")}
+    """{"rouge1", "rouge2", "rougeL"}: the `rouge` package's recall x100 (0 where the package raises)."""
+    scores = rouge_package.scores(hypothesis, reference)
+    return {ours: 100.0 * scores[theirs]["r"] if scores else 0.0 for ours, theirs in ROUGE_KEYS.items()}
 
 
 def similarity(reference: str, prediction: str) -> dict:
