@@ -19,10 +19,11 @@ from lightning_bench.evaluation.long_context import PRIMARY, SCORERS
 from lightning_bench.evaluation.long_context.infinitebench import score_one
 from lightning_bench.evaluation.long_context.loogle import bleu, cloze_counts, rouge_recall, sentence_bleu_one_order
 from lightning_bench.evaluation.task_metrics import KNOWN_METRICS
+from tests.test_downstream import tiny_hf  # noqa: F401 (fixture)
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "long_context"
 IB_TASKS = ("passkey", "number_string", "kv_retrieval", "longbook_qa_eng", "longbook_choice_eng", "longdialogue_qa_eng",
-            "math_find", "code_debug", "longbook_sum_eng")
+            "math_find", "math_calc", "code_run", "code_debug", "longbook_sum_eng")
 LOOGLE_TASKS = ("shortdep_qa", "shortdep_cloze", "longdep_qa", "longdep_summarization")
 
 
@@ -44,7 +45,8 @@ def test_every_definition_is_complete_and_renders_its_fixture_row(name):
     request = build_request(name, row)
     assert request.document == row["context"] and request.context.count(row["context"]) == 1
     question_follows = request.context.rindex(row["context"]) + len(row["context"]) < len(request.context)
-    assert question_follows or task.short_name == "longbook_sum_eng"  # En.Sum's prompt ends with the book
+    # En.Sum's prompt ends with the book, Math.Calc's with the expression
+    assert question_follows or task.short_name in ("longbook_sum_eng", "math_calc")
     assert request.answers == tuple(row["answers"]) and request.stop == ()
     assert task.generation.chat and task.metrics[0] in SCORERS and PRIMARY[task.metrics[0]] == "score"
 
@@ -57,8 +59,8 @@ def test_benchmarks_group_their_tasks_and_generation_limits_follow_the_scripts()
     # DATA_NAME_TO_MAX_NEW_TOKENS (InfiniteBench) and config/task2maxlen.json (LooGLE)
     limits = {t: TASKS[f"infinitebench/{t}"].generation.max_new_tokens for t in IB_TASKS}
     assert limits == {"passkey": 6, "number_string": 12, "kv_retrieval": 50, "longbook_qa_eng": 40,
-                      "longbook_choice_eng": 40, "longdialogue_qa_eng": 40, "math_find": 3, "code_debug": 5,
-                      "longbook_sum_eng": 1200}
+                      "longbook_choice_eng": 40, "longdialogue_qa_eng": 40, "math_find": 3, "math_calc": 30000,
+                      "code_run": 5, "code_debug": 5, "longbook_sum_eng": 1200}
     assert [TASKS[f"loogle/{t}"].generation.max_new_tokens for t in LOOGLE_TASKS] == [300, 50, 500, 500]
     assert TASKS["infinitebench/kv_retrieval"].source.hub_splits == {"test": ("kv_retrieval",)}
     assert TASKS["loogle/longdep_summarization"].source.hub_config == "summarization"
@@ -75,6 +77,18 @@ def test_prompts_are_the_benchmarks_own():
     # "The median number" found in the question -> the prompt's first line
     assert build_request("infinitebench/math_find", math_row).context.startswith(
         "What is the median number in the following list?\n\n[3.5, 1.25, 2.5]\n\n")
+    # gpt4_templates' math_calc and code_run; code_run's call found in the question, or the row's own fields
+    math_calc = _rows("infinitebench/math_calc", FIX / "infinitebench/math_calc.jsonl")[0]
+    assert build_request("infinitebench/math_calc", math_calc).context == (
+        "Compute the intermediate values in the following long expression.\n\n8 - 3 + 2 - 4")
+    code_run = _rows("infinitebench/code_run", FIX / "infinitebench/code_run.jsonl")
+    assert build_request("infinitebench/code_run", code_run[0]).context == (
+        "Following is a set of Python functions. There is a function called named func_1.\n\n"
+        "def func_1(x):\n    return x + func_2(x)\n\n\ndef func_2(x):\n    return 2 * x\n\n\n"
+        "Please give me the exact number of the return value of func_1(3). Be concise. Your response must end with "
+        "the final returned value.")
+    assert "called named func_2." in build_request("infinitebench/code_run", code_run[1]).context
+    assert "return value of func_2(-4). Be concise." in build_request("infinitebench/code_run", code_run[1]).context
     qa = _rows("loogle/shortdep_qa", FIX / "loogle/shortdep_qa.jsonl")[0]
     assert build_request("loogle/shortdep_qa", qa).context == (
         "Please answer the question based on the long texts below. \n" + qa["context"]
@@ -126,6 +140,12 @@ def test_infinitebench_fixture_rows_and_choice_golds():
     assert [r["answers"] for r in math_find] == [["42"], ["2.5"]]
     code_debug = _rows("infinitebench/code_debug", FIX / "infinitebench/code_debug.jsonl")
     assert code_debug[0]["answers"] == ["parse_header", "B"]
+    # the official files' integers, as strings (the hub's features type them so)
+    math_calc = _rows("infinitebench/math_calc", FIX / "infinitebench/math_calc.jsonl")
+    assert [r["answers"] for r in math_calc] == [["8", "5", "7", "3"], ["1", "4", "8", "-2"]]
+    code_run = _rows("infinitebench/code_run", FIX / "infinitebench/code_run.jsonl")
+    assert [(r["answers"], r["func"], r["func_call"]) for r in code_run] == [
+        (["9"], "func_1", "func_1(3)"), (["-8"], "func_2", "func_2(-4)")]
     reader = READERS["infinitebench"]
     task = get_task("infinitebench/longbook_choice_eng")
     hub = reader.from_hub(task, "longbook_choice_eng", [{"id": 7, "context": "book", "input": "q?", "answer": ["c"],
@@ -180,6 +200,14 @@ def test_errors_are_one_line_and_name_the_file():
     with pytest.raises(ConfigError, match="names no 'The <...> number'"):
         READERS["infinitebench"].from_hub(get_task("infinitebench/math_find"), "math_find",
                                           [{"context": "[1, 2]", "input": "what is biggest?", "answer": ["2"]}])
+    bad = [("code_run", {"context": "def f(): pass", "input": "What does f() return?", "answer": ["1"]},
+            r"row 0: neither a func_call field nor a call 'func_<n>\(<integer>\)'"),
+           ("code_run", {"context": "c", "input": "func_1(2)?", "answer": ["1", "2"]}, r"is not one integer"),
+           ("math_calc", {"context": "1 + 2", "input": "", "answer": ["1", "three"]}, r"is not a list of integers")]
+    for short, row, expected in bad:
+        with pytest.raises(ConfigError, match=expected) as info:
+            READERS["infinitebench"].from_hub(get_task(f"infinitebench/{short}"), short, [row])
+        assert "\n" not in str(info.value)
 
 
 # ---- the generator -------------------------------------------------------------------------------------
@@ -258,7 +286,7 @@ def test_generated_file_reads_back_and_scores(smollm2_dir, smollm2_tokenizer, tm
                           "--seed", "5", "--output", str(out)])
     assert code == 0
     written = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [sorted(r) for r in written] == [["answer", "context", "id", "input", "len"]] * 3
+    assert [sorted(r) for r in written] == [["answer", "context", "depth", "id", "input", "len", "target_length"]] * 3
     assert written == generate("passkey", smollm2_tokenizer, [700], depths_of(3), seed=5)
     manifest = json.loads((tmp_path / "passkey.jsonl.manifest.json").read_text())
     assert (manifest["task"], manifest["rows"], manifest["lengths"], manifest["seed"]) == ("passkey", 3, [700], 5)
@@ -267,6 +295,139 @@ def test_generated_file_reads_back_and_scores(smollm2_dir, smollm2_tokenizer, tm
     rows = _rows("infinitebench/passkey", write_jsonl(written, tmp_path / "again.jsonl"))
     figures, per = _score("infinitebench/passkey", rows, [f"The pass key is {rows[0]['answers'][0]}.", "no idea", ""])
     assert [s["score"] for s in per] == [100.0, 0.0, 0.0] and figures["score"] == pytest.approx(100 / 3)
+    assert figures["by_depth"] == {"0": 100.0, "50": 0.0, "100": 0.0} and figures["by_length"] == {"700": 100 / 3}
+
+
+@pytest.mark.smollm2
+def test_a_set_made_for_a_chat_model_fits_max_context_whole(smollm2_dir, smollm2_tokenizer, tmp_path):
+    from lightning_bench.data.downstream import PromptedDataModule
+    from lightning_bench.data.infinitebench_generate import write_sets
+
+    write_sets("passkey", smollm2_tokenizer, tmp_path / "infinitebench", [4096], [0.5], seed=2)
+    dm = PromptedDataModule(tasks="infinitebench/passkey", data_dir=str(tmp_path), max_context=4096)
+    dm.tokenizer = smollm2_tokenizer
+    (row,) = dm.rows("infinitebench/passkey", dm.eval_split("infinitebench/passkey"))
+    prompt = dm.render("infinitebench/passkey", build_request("infinitebench/passkey", row).context)
+    assert prompt.startswith("<|im_start|>system")  # SmolLM2's chat template, as --chat_template auto applies it
+    # prompt + the 6 new tokens within 4096 (so nothing is cut, and the needle at depth 50 stays), within 1%
+    total = len(smollm2_tokenizer.encode(prompt)) + dm.max_new_tokens("infinitebench/passkey", row)
+    assert 0.99 * 4096 <= total <= 4096
+
+
+# ---- the generator's per-length sets and --max_context (GPT-2's tokenizer: offline) -----------------------
+@pytest.fixture(scope="module")
+def gpt2_tokenizer():
+    from lightning_bench.data.tokenization import HFTokenizer
+
+    return HFTokenizer("gpt2")
+
+
+SET_DEPTHS = [0.0, 0.3, 1.0]
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> Path:
+    """A data folder: passkey and kv_retrieval sets at 4096 and 8192 tokens written by the command (depths 0,
+    0.3, 1), and the passkey sample's place (`test`) filled by the hand-made fixture."""
+    data = tmp_path_factory.mktemp("ib") / "data"
+    code = generate_main(["--task", "passkey", "kv_retrieval", "--tokenizer", "gpt2", "--lengths", "4096", "8192",
+                          "--depth", *map(str, SET_DEPTHS), "--seed", "1", "--out", str(data / "infinitebench")])
+    assert code == 0
+    (data / "infinitebench" / "passkey_8192.first20.jsonl").write_text(
+        (FIX / "infinitebench" / "passkey.jsonl").read_text())
+    return data
+
+
+@pytest.mark.parametrize("length", [4096, 8192])
+def test_generator_writes_one_set_per_length_with_its_manifest(generated, gpt2_tokenizer, length):
+    folder = generated / "infinitebench" / str(length)
+    assert sorted(p.name for p in folder.iterdir()) == ["kv_retrieval.jsonl", "manifest.json", "passkey.jsonl"]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for task in ("passkey", "kv_retrieval"):
+        written = [json.loads(line) for line in (folder / f"{task}.jsonl").read_text().splitlines()]
+        assert [r["id"] for r in written] == [0, 1, 2] and [r["depth"] for r in written] == [0.0, 30.0, 100.0]
+        assert {r["target_length"] for r in written} == {length}
+        # RULER's count, as the run builds the prompt (GPT-2 has no chat template) + the task's new tokens:
+        # within the target, short of it by less than one whole unit (a noise sentence, a key/value pair)
+        name = f"infinitebench/{task}"
+        rows = load_rows(name, str(length), data_dir=generated)
+        counted = [len(gpt2_tokenizer.encode(build_request(name, r).context)) + TASKS[name].generation.max_new_tokens
+                   for r in rows]
+        slack = 0.01 if task == "passkey" else 0.02
+        assert all((1 - slack) * length <= n <= length for n in counted), (task, counted)
+        entry = manifest[task]
+        assert (entry["rows"], entry["target_length"], entry["depths"], entry["seed"]) == (3, length, SET_DEPTHS, 1)
+        assert (entry["length_min"], entry["length_max"]) == (min(counted), max(counted))
+        assert entry["tokenizer"]["name"] == "gpt2" and entry["generator"].endswith("@2")
+    assert not list(folder.glob(".*.tmp"))  # written atomically: no temporary file left
+
+
+def test_generated_needles_sit_at_the_recorded_depth(generated, gpt2_tokenizer):
+    for length in (4096, 8192):
+        folder = generated / "infinitebench" / str(length)
+        for row in map(json.loads, (folder / "passkey.jsonl").read_text().splitlines()):
+            needle = f"The pass key is {row['answer']}. Remember it. {row['answer']} is the pass key.\n"
+            # the share of context tokens before the needle: within half a noise line (~25 tokens) of the depth
+            assert abs(_measured_depth(gpt2_tokenizer, row, needle) - row["depth"] / 100) <= 0.01, row["depth"]
+        for row in map(json.loads, (folder / "kv_retrieval.jsonl").read_text().splitlines()):
+            pairs = json.loads(row["context"][len("JSON data:\n"):])
+            key = row["input"].split('"')[1]
+            assert pairs[key] == row["answer"]
+            assert list(pairs).index(key) == round(row["depth"] / 100 * (len(pairs) - 1))
+
+
+def test_generator_command_errors_are_one_line(tmp_path, capsys):
+    with pytest.raises(ConfigError, match=r"-o .*one.jsonl holds one task, got --task passkey kv_retrieval; use --out"):
+        generate_main(["--task", "passkey", "kv_retrieval", "--tokenizer", "gpt2", "--lengths", "4096",
+                       "-o", str(tmp_path / "one.jsonl")])
+    with pytest.raises(SystemExit):  # --out and -o together: argparse's own one line
+        generate_main(["--task", "passkey", "--tokenizer", "gpt2", "--lengths", "4096", "--out", str(tmp_path),
+                       "-o", str(tmp_path / "one.jsonl")])
+    assert "not allowed with argument" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_max_context_reads_the_generated_set_of_that_length(generated):
+    from lightning_bench.data.downstream import PromptedDataModule
+
+    task = "infinitebench/passkey"
+    for max_context, split, path in ((None, "eval", "infinitebench/passkey_8192.first20.jsonl"),
+                                     (4096, "4096", "infinitebench/4096/passkey.jsonl"),
+                                     (8192, "8192", "infinitebench/8192/passkey.jsonl")):
+        dm = PromptedDataModule(tasks=task, data_dir=str(generated), max_context=max_context)
+        assert dm.eval_split(task) == split
+        rows = dm.rows(task, split)
+        assert dm.sources[task][split]["files"][0]["path"].endswith(path)
+        assert {r.get("target_length") for r in rows} == {max_context}  # the sample's rows carry none
+    # the benchmark's other tasks have one set whatever the length: read and cut to it
+    dm = PromptedDataModule(tasks="infinitebench/longbook_qa_eng", data_dir=str(generated), max_context=4096)
+    assert dm.eval_split("infinitebench/longbook_qa_eng") == "eval"
+    with pytest.raises(ConfigError) as err:
+        PromptedDataModule(tasks=task, data_dir=str(generated), max_context=5000).eval_split(task)
+    assert "max_context 5000 has no infinitebench set; its sets are 4096, 8192, 16384" in str(err.value)
+    assert "\n" not in str(err.value)
+    # the hub has no per-length sets: a split named by a length reads the task's one set, cut to the length
+    from lightning_bench.data.tasks.formats.long_context.infinitebench import hub_layout
+
+    assert hub_layout(get_task(task), "8192")["hub_splits"] == hub_layout(get_task(task), "test")["hub_splits"] == (
+        "passkey",)
+
+
+def test_downstream_under_max_context_scores_the_set_by_depth_and_length(tiny_hf, generated, tmp_path, capsys):
+    from tests.test_cli import run
+
+    code, _, err = run(["downstream", "--model.pretrained", str(tiny_hf), "--data_dir", str(generated),
+                        "--results_dir", str(tmp_path), "--name", "t", "--tasks", "infinitebench/passkey",
+                        "--methods", "dense", "--max_new_tokens", "3", "--max_context", "4096", "--max_length", "160"],
+                       capsys)
+    assert code == 0, err
+    results = json.loads((tmp_path / "t" / "t_results.json").read_text())
+    (cell,) = results["cells"].values()
+    assert cell["protocol"]["data"]["files"][0]["path"].endswith("infinitebench/4096/passkey.jsonl")
+    assert all(s["truncated_tokens"] > 0 for s in cell["samples"])  # 4096-token contexts cut to fit 160
+    metrics = cell["metrics"]
+    assert set(metrics["by_depth"]) == {"0", "30", "100"} and set(metrics["by_length"]) == {"4096"}
+    assert metrics["by_length"]["4096"] == pytest.approx(metrics["score"])
 
 
 # ---- InfiniteBench scores (compute_scores.py) ---------------------------------------------------------
@@ -290,6 +451,20 @@ def test_generated_file_reads_back_and_scores(smollm2_dir, smollm2_tokenizer, tm
     ("math_find", "42.5", ["42"], 0.0),
     ("math_find", "2.50 it is", ["2.5"], 100.0),
     ("math_find", "none", ["42"], 0.0),
+    # math_calc: the digit runs in order against the gold list; the matched prefix over the list's length
+    ("math_calc", "[8, 5, 7, 3]", ["8", "5", "7", "3"], 100.0),
+    ("math_calc", "8, 5, 9, 3", ["8", "5", "7", "3"], 50.0),  # 8, 5 match; 9 != 7 ends it: 2/4
+    ("math_calc", "The values are 8 5 7", ["8", "5", "7", "3"], 75.0),  # 3 of 4 given: 3/4
+    ("math_calc", "1, 4, 8, -2", ["1", "4", "8", "-2"], 75.0),  # the minus is not read: 2 != -2, 3/4
+    ("math_calc", "Step 1: 8, 5", ["8", "5"], 0.0),  # the first run is 1, not 8
+    ("math_calc", "08, 5", ["8", "5"], 100.0),  # read as numbers: 08 is 8
+    # code_run: \n . ` ' " : spaced out, then the last word as an integer
+    ("code_run", "The return value is 9.", ["9"], 100.0),
+    ("code_run", " -8.\n", ["-8"], 100.0),
+    ("code_run", "func_1(3) = 9", ["9"], 100.0),
+    ("code_run", "9 is the answer", ["9"], 0.0),  # last word "answer": no integer
+    ("code_run", "6.25", ["25"], 100.0),  # "." spaced out: the last word is 25
+    ("code_run", "", ["9"], 0.0),
     ("code_debug", "B. parse_header", ["parse_header", "B"], 100.0),
     ("code_debug", "The answer is: parse_header", ["parse_header", "B"], 100.0),
     ("code_debug", "The correct option is: B", ["parse_header", "B"], 100.0),  # "option" spaced out, then "is:"
@@ -309,9 +484,34 @@ def test_infinitebench_task_figures_and_benchmark_mean():
     choice = _rows("infinitebench/longbook_choice_eng", FIX / "infinitebench/longbook_choice_eng.jsonl")
     fig_mc, per = _score("infinitebench/longbook_choice_eng", choice, ["B", "Peyton"])
     assert [s["score"] for s in per] == [100.0, 0.0] and fig_mc["score"] == 50.0 and len(fig_mc["score_ci95"]) == 2
+    assert "by_depth" not in fig_mc and "by_length" not in fig_mc  # the benchmark's rows record neither
     entry = task_means_entry({"infinitebench/longbook_qa_eng": {"metrics": fig_qa, "num_samples": 1},
                               "infinitebench/longbook_choice_eng": {"metrics": fig_mc, "num_samples": 2}})
     assert entry["score"] == 75.0  # (100 + 50) / 2
+
+
+def test_infinitebench_figures_by_depth_and_length_by_hand():
+    rows = [{"answers": [gold], "depth": depth, "target_length": length} for gold, depth, length in (
+        ("11111", 0.0, 4096), ("22222", 50.0, 4096), ("33333", 0.0, 8192), ("44444", 50.0, 8192),
+        ("55555", 100.0, 8192))]
+    figures, per = _score("infinitebench/passkey", rows, ["11111", "no", "It is 33333.", "44444", "5555"])
+    assert [s["score"] for s in per] == [100.0, 0.0, 100.0, 100.0, 0.0]
+    assert figures["score"] == 60.0  # 300 / 5
+    # depth 0: (100 + 100) / 2; 50: (0 + 100) / 2; 100: 0 / 1 -- keys in percent, as RULER's
+    assert figures["by_depth"] == {"0": 100.0, "50": 50.0, "100": 0.0}
+    # 4096: (100 + 0) / 2; 8192: (100 + 100 + 0) / 3
+    assert figures["by_length"] == {"4096": 50.0, "8192": pytest.approx(200 / 3)}
+    assert list(figures["by_depth"]) == ["0", "50", "100"]  # numeric order, not "0", "100", "50"
+
+
+def test_math_calc_and_code_run_task_figures_on_the_fixture_rows():
+    math_calc = _rows("infinitebench/math_calc", FIX / "infinitebench/math_calc.jsonl")
+    # [8, 5, 7, 3] against "8, 5, 7, 3": 4/4; [1, 4, 8, -2] against "1, 4, 8, -2": 3/4 (no minus read)
+    figures, per = _score("infinitebench/math_calc", math_calc, ["8, 5, 7, 3", "1, 4, 8, -2"])
+    assert [s["score"] for s in per] == [100.0, 75.0] and figures["score"] == 87.5
+    code_run = _rows("infinitebench/code_run", FIX / "infinitebench/code_run.jsonl")
+    figures, per = _score("infinitebench/code_run", code_run, ["func_1(3) returns 9", "The value is -8."])
+    assert [s["score"] for s in per] == [100.0, 100.0] and figures["score_is"].startswith("accuracy: last word")
 
 
 # ---- LooGLE scores -------------------------------------------------------------------------------------
@@ -336,16 +536,17 @@ def test_loogle_bleu_by_hand_and_as_nltk():
 
 
 def test_loogle_qa_figures_by_hand():
-    # recall: rouge1 5 of the reference's 6 unigrams; rouge2 3 of its 5 bigrams (the cat, cat sat, sat on);
-    # rougeL LCS "the cat sat on mat" 5 of 6
+    # the `rouge` package's recall (LooGLE's): DISTINCT reference unigrams {the, cat, sat, on, mat}, all 5 in
+    # the prediction; 3 of the 5 distinct bigrams (the cat, cat sat, sat on; not on the, the mat); the LCS
+    # "the cat sat on mat" covers all 5 distinct reference words
     assert rouge_recall("the cat sat on the mat", "the cat sat on a mat") == {
-        "rouge1": pytest.approx(500 / 6), "rouge2": pytest.approx(60.0), "rougeL": pytest.approx(500 / 6)}
+        "rouge1": pytest.approx(100.0), "rouge2": pytest.approx(60.0), "rougeL": pytest.approx(100.0)}
     rows = [{"answers": ["the cat sat on the mat"]}, {"answers": ["the cat sat on the mat"]}]
     figures, per = _score("loogle/shortdep_qa", rows, ["the cat sat on a mat", ""])
-    assert per[0]["score"] == pytest.approx(500 / 6) and per[0]["bleu4"] == pytest.approx(100 / 3)
+    assert per[0]["score"] == pytest.approx(100.0) and per[0]["bleu4"] == pytest.approx(100 / 3)
     # an empty prediction is scored as "None": nothing in common
     assert per[1] == {"bleu1": 0.0, "bleu4": 0.0, "rouge1": 0.0, "rouge2": 0.0, "rougeL": 0.0, "score": 0.0}
-    assert figures["rouge1"] == pytest.approx(250 / 6) and figures["rouge2"] == pytest.approx(30.0)
+    assert figures["rouge1"] == pytest.approx(50.0) and figures["rouge2"] == pytest.approx(30.0)
     assert figures["omitted"] == ["meteor", "bertscore", "gpt4_score"] and "omitted offline" in figures["omitted_why"]
 
 

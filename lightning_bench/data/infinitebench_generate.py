@@ -1,10 +1,14 @@
 r"""`lightning_bench infinitebench_generate`: make InfiniteBench's synthetic retrieval tasks at any length,
 for any tokenizer, as JSON lines in the benchmark's own format.
 
-    lightning_bench infinitebench_generate --task passkey --tokenizer ~/.cache/lightning_bench/smollm2-135m-instruct \
-        --length 4096 16384 --depths 11 --per_depth 5 --seed 0 --output passkey_smollm2.jsonl
-    lightning_bench test ... --task infinitebench/passkey \
-        --data.paths '{"infinitebench/passkey": "passkey_smollm2.jsonl"}'
+    lightning_bench infinitebench_generate --task passkey kv_retrieval --tokenizer $LB_SMOLLM2_DIR \
+        --lengths 4096 8192 --depths 11 --per_depth 5 --seed 0 --out DATA/infinitebench
+    lightning_bench test ... --task infinitebench/passkey --data.data_dir DATA --data.max_context 8192
+
+`--out DIR` writes DIR/<length>/<task>.jsonl per length (atomically) and DIR/<length>/manifest.json (per
+task: generator, rows, what a length counts, shortest and longest row, depths, seed, tokenizer), the sets that
+local_layout_infinitebench.yaml names for `--max_context <length>`; `-o FILE` writes every length into one
+file with FILE.manifest.json beside it (read it with --data.paths).
 
 As OpenBMB/InfiniteBench's data/construct_synthetic_dataset.py builds them:
 - passkey: a haystack of the noise line "The grass is green. The sky is blue. The sun is yellow. Here we go.
@@ -16,16 +20,22 @@ As OpenBMB/InfiniteBench's data/construct_synthetic_dataset.py builds them:
   draws them so); the question '\nKey: "<key>"\nThe value associated with the specified key is: ' asks for
   the pair at the depth (its position among the pairs).
 
-Length: `--length` is the target number of tokens of `context` (the haystack / JSON, with the needle) as the
-given tokenizer encodes it; each row holds the most noise that stays within it: whole noise sentences for
-passkey / number_string (about 5 tokens each, so within 1% from ~500 tokens up), whole pairs for
-kv_retrieval (a pair is 60-70 tokens with SmolLM2's tokenizer: within 1% from ~7000 tokens up). The
-benchmark's own files are ~128k tokens with the noise line counted as 25 tokens; here the tokenizer counts.
+Length: each of `--lengths` is a target number of tokens as the given tokenizer encodes them: under `--out`
+RULER's count, the whole prompt (the task's template, in the tokenizer's chat template when it has one) plus
+the task's new-token limit, so an N set fits a run under --max_context N whole (the run's middle cut would
+take the needle at depth 50 first); under `-o` the tokens of `context` alone (the haystack / JSON, with the
+needle). Each row holds the most noise that stays within it: whole noise sentences for passkey /
+number_string (about 5 tokens each, so within 1% from ~500 tokens up), whole pairs for kv_retrieval (a pair
+is 60-70 tokens with SmolLM2's tokenizer: within 1% from ~7000 tokens up). The benchmark's own files are
+~128k tokens with the noise line counted as 25 tokens; here the tokenizer counts.
 
-Depth: the fraction of the context before the needle. `--depths N` spaces N depths evenly over [0, 1] (as the
-benchmark steps through its haystack); passkey / number_string put the needle at the line boundary (or the
-haystack's end) nearest the depth, so the needle is a line of its own as in the benchmark. `len` (passkey,
-number_string) is, as in the benchmark's files, the number of context tokens after the needle.
+Depth: the fraction of the context before the needle. `--depths N` spaces N depths evenly over [0, 1] (as
+the benchmark steps through its haystack); passkey / number_string put the needle at the line boundary (or
+the haystack's end) nearest the depth, so the needle is a line of its own as in the benchmark. `len`
+(passkey, number_string) is, as in the benchmark's files, the number of context tokens after the needle.
+Every row also records `target_length` (the length asked for) and `depth` (the depth asked for, in percent,
+as RULER's rows and by_depth figures count it), so the scorer can report by length and by depth; the
+manifests keep the fractions given.
 
 Deterministic: every row draws from its own generator seeded by (task, seed, length, depth index, sample),
 so the same arguments give the same file, byte for byte, on any machine.
@@ -42,7 +52,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from lightning_bench.errors import ConfigError
+from lightning_bench.results.io import write_text_atomic
 
+GENERATOR = "lightning_bench.data.infinitebench_generate@2"  # @2: rows record target_length and depth
 NOISE = ("The grass is green. ", "The sky is blue. ", "The sun is yellow. ", "Here we go. ", "There and back again.\n")
 NEEDLES = {"passkey": "The pass key is {key}. Remember it. {key} is the pass key.\n",
            "number_string": "The sequence of digits is {key}. Remember it. {key} is the sequence of digits.\n"}
@@ -87,12 +99,42 @@ def _largest_within(count: Callable[[int], int], target: int, guess: int, unit: 
         n = n + (math.floor(step) if step >= 0 else -math.ceil(-step))
         n = max(n, lo + 1) if hi is None else min(max(n, lo + 1), hi - 1)
     if lo < 0:
-        raise ConfigError(f"the target length {target} is shorter than the needle alone ({count(0)} tokens); "
-                          "ask for a longer --length")
+        raise ConfigError(f"the target length {target} is shorter than the needle alone ({count(0)} tokens counted); "
+                          "ask for a longer --lengths")
     return lo
 
 
-def _needle_row(task: str, tokenizer, target: int, depth: float, rng: random.Random, guess: int) -> tuple[dict, int]:
+# (context, question) -> the tokens a row is fitted by: the context's alone, or RULER's count (prompt_count)
+Measure = Callable[[str, str], int]
+
+
+def context_count(tokenizer) -> Measure:
+    return lambda context, question: len(tokenizer.encode(context))
+
+
+def prompt_count(task: str, tokenizer) -> Measure:
+    """RULER's count of a row, as a run under --max_context counts it: the task's prompt (its definition's
+    template, in the tokenizer's chat template when it has one, as --chat_template auto renders it) plus the
+    task's new-token limit. A set counted so is read whole under --max_context N: the run's middle cut would
+    otherwise take the needle at depth 50 first."""
+    from lightning_bench.data.tasks.registry import get_task
+
+    definition = get_task(f"infinitebench/{task}")
+    tok = getattr(tokenizer, "tok", None)
+    chat = getattr(tok, "chat_template", None) is not None
+
+    def count(context: str, question: str) -> int:
+        text, _ = definition.template({"context": context, "input": question, "answers": [""]})
+        if chat:
+            text = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                           add_generation_prompt=True)
+        return len(tokenizer.encode(text)) + definition.generation.max_new_tokens
+
+    return count
+
+
+def _needle_row(task: str, tokenizer, target: int, depth: float, rng: random.Random, guess: int,
+                measure: Measure) -> tuple[dict, int]:
     key = _key(task, rng)
     needle = NEEDLES[task].format(key=key)
     unit = len(tokenizer.encode("".join(NOISE * 8))) / (8 * len(NOISE))
@@ -100,7 +142,7 @@ def _needle_row(task: str, tokenizer, target: int, depth: float, rng: random.Ran
     def build(m: int) -> str:
         return _haystack(m, needle, depth)[0].rstrip(" ")
 
-    m = _largest_within(lambda m: len(tokenizer.encode(build(m))), target, guess or int(target / unit), unit)
+    m = _largest_within(lambda m: measure(build(m), QUESTIONS[task]), target, guess or int(target / unit), unit)
     context, start = _haystack(m, needle, depth)
     context = context.rstrip(" ")
     after = len(tokenizer.encode(context[start + len(needle):]))
@@ -115,7 +157,8 @@ def _kv_context(pairs: Sequence[tuple[str, str]]) -> str:
     return "JSON data:\n{" + ", ".join(f'"{k}": "{v}"' for k, v in pairs) + "}"
 
 
-def _kv_row(tokenizer, target: int, depth: float, rng: random.Random, guess: int) -> tuple[dict, int]:
+def _kv_row(tokenizer, target: int, depth: float, rng: random.Random, guess: int,
+            measure: Measure) -> tuple[dict, int]:
     pairs: list[tuple[str, str]] = []
 
     def first(n: int) -> list[tuple[str, str]]:
@@ -123,14 +166,18 @@ def _kv_row(tokenizer, target: int, depth: float, rng: random.Random, guess: int
             pairs.append(_pair(rng))
         return pairs[:n]
 
+    def asked(n: int) -> tuple[str, str]:  # the pair at the depth among n
+        return first(n)[min(n - 1, round(depth * (n - 1)))] if n else ("", "")
+
+    def count(n: int) -> int:
+        return measure(_kv_context(first(n)), KV_QUESTION.format(key=asked(n)[0]))
+
     unit = (len(tokenizer.encode(_kv_context(first(21)))) - len(tokenizer.encode(_kv_context(first(1))))) / 20
-    n = _largest_within(lambda n: len(tokenizer.encode(_kv_context(first(n)))), target,
-                        guess or int(target / unit), unit)
+    n = _largest_within(count, target, guess or int(target / unit), unit)
     if n < 1:
-        raise ConfigError(f"the target length {target} is shorter than one key/value pair; ask for a longer --length")
-    chosen = first(n)
-    key, value = chosen[min(n - 1, round(depth * (n - 1)))]
-    return {"context": _kv_context(chosen), "input": KV_QUESTION.format(key=key), "answer": value}, n
+        raise ConfigError(f"the target length {target} is shorter than one key/value pair; ask for a longer --lengths")
+    key, value = asked(n)
+    return {"context": _kv_context(first(n)), "input": KV_QUESTION.format(key=key), "answer": value}, n
 
 
 def depths_of(count: int) -> list[float]:
@@ -141,10 +188,12 @@ def depths_of(count: int) -> list[float]:
 
 
 def generate(task: str, tokenizer, lengths: Sequence[int], depths: Sequence[float], per_depth: int = 1,
-             seed: int = 0) -> list[dict]:
+             seed: int = 0, measure: Measure | None = None) -> list[dict]:
     """Rows of `task` for every length x depth x sample, in that order, in the benchmark's file format
-    ({id, context, input, answer, len} or, for kv_retrieval, {id, context, input, answer}).
-    `tokenizer`: anything with encode(text) -> token ids (data/tokenization.py's HFTokenizer)."""
+    ({id, context, input, answer, len} or, for kv_retrieval, {id, context, input, answer}) plus
+    target_length and depth (percent).
+    `tokenizer`: anything with encode(text) -> token ids (data/tokenization.py's HFTokenizer).
+    `measure`: what a length counts (prompt_count: RULER's count); default the context's tokens alone."""
     if task not in TASKS:
         raise ConfigError(f"unknown InfiniteBench generated task {task!r}; valid: {', '.join(TASKS)}")
     if per_depth < 1:
@@ -152,6 +201,7 @@ def generate(task: str, tokenizer, lengths: Sequence[int], depths: Sequence[floa
     bad = [d for d in depths if not 0.0 <= d <= 1.0]
     if bad:
         raise ConfigError(f"depths must lie in [0, 1], got {bad}")
+    measure = measure or context_count(tokenizer)
     rows = []
     for length in lengths:
         if length < 1:
@@ -161,44 +211,82 @@ def generate(task: str, tokenizer, lengths: Sequence[int], depths: Sequence[floa
             for sample in range(per_depth):
                 rng = random.Random(f"infinitebench/{task}/seed={seed}/length={length}/depth={d}/sample={sample}")
                 if task == "kv_retrieval":
-                    row, guess = _kv_row(tokenizer, length, depth, rng, guess)
+                    row, guess = _kv_row(tokenizer, length, depth, rng, guess, measure)
                 else:
-                    row, guess = _needle_row(task, tokenizer, length, depth, rng, guess)
-                rows.append({"id": len(rows), **row})
+                    row, guess = _needle_row(task, tokenizer, length, depth, rng, guess, measure)
+                rows.append({"id": len(rows), **row, "target_length": length, "depth": percent(depth)})
     return rows
+
+
+def percent(depth: float) -> float:
+    """A depth fraction as the percent the rows record (0.1 -> 10.0, not 10.000000000000002)."""
+    return round(100 * depth, 6)
 
 
 def write_jsonl(rows: list[dict], path: str | Path, manifest: dict | None = None) -> Path:
     """The rows as JSON lines, atomically; `manifest` (how they were made) beside them as <path>.manifest.json."""
-    from lightning_bench.results.io import write_text_atomic
-
     path = write_text_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     if manifest is not None:
         write_text_atomic(path.with_name(path.name + ".manifest.json"), json.dumps(manifest, indent=1) + "\n")
     return path
 
 
+def write_sets(task: str, tokenizer, out: str | Path, lengths: Sequence[int], depths: Sequence[float],
+               per_depth: int = 1, seed: int = 0) -> list[Path]:
+    """<out>/<length>/<task>.jsonl for each length (ids from 0 in each), counted as RULER counts (prompt_count),
+    each followed by its entry in <out>/<length>/manifest.json (one entry per task: the tasks of one length
+    share the folder)."""
+    measure = prompt_count(task, tokenizer)
+    paths = []
+    for length in lengths:
+        rows = generate(task, tokenizer, [length], depths, per_depth, seed, measure)
+        folder = Path(out) / str(length)
+        paths.append(write_jsonl(rows, folder / f"{task}.jsonl"))
+        manifest_path = folder / "manifest.json"
+        manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+        counted = [measure(r["context"], r["input"]) for r in rows]
+        manifest[task] = {"generator": GENERATOR, "rows": len(rows), "target_length": length,
+                          "length_is": "prompt tokens (chat template applied if the tokenizer has one) + the "
+                                       "task's max_new_tokens, as RULER counts", "length_min": min(counted),
+                          "length_max": max(counted), "depths": list(depths), "per_depth": per_depth, "seed": seed,
+                          "tokenizer": tokenizer.describe()}
+        write_text_atomic(manifest_path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return paths
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="lightning_bench infinitebench_generate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", required=True, choices=TASKS)
+    parser.add_argument("--task", nargs="+", required=True, choices=TASKS, help="one or more (-o: one)")
     parser.add_argument("--tokenizer", required=True, help="a tokenizer folder or hub name (gpt2 works offline)")
-    parser.add_argument("--length", type=int, nargs="+", required=True, help="target context tokens (one or more)")
+    parser.add_argument("--lengths", "--length", dest="lengths", type=int, nargs="+", required=True,
+                        help="target context tokens (one or more)")
     parser.add_argument("--depths", type=int, default=11, help="evenly spaced depths over [0, 1] (default 11)")
     parser.add_argument("--depth", type=float, nargs="+", help="explicit depths in [0, 1] (instead of --depths)")
     parser.add_argument("--per_depth", type=int, default=1, help="samples per length and depth (default 1)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("-o", "--output", required=True, help="the JSON-lines file to write")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--out", help="folder for <length>/<task>.jsonl and <length>/manifest.json "
+                                     "(e.g. DATA/infinitebench, read with --data_dir DATA --max_context <length>)")
+    where.add_argument("-o", "--output", help="one JSON-lines file holding every length (read with --paths)")
     args = parser.parse_args(argv)
+    if args.output and len(args.task) > 1:
+        raise ConfigError(f"-o {args.output} holds one task, got --task {' '.join(args.task)}; use --out DIR for "
+                          "several")
 
     from lightning_bench.data.tokenization import HFTokenizer
 
     depths = args.depth if args.depth else depths_of(args.depths)
     tokenizer = HFTokenizer(args.tokenizer)
-    rows = generate(args.task, tokenizer, args.length, depths, args.per_depth, args.seed)
-    manifest = {"generator": "lightning_bench.data.infinitebench_generate", "task": args.task, "rows": len(rows),
-                "lengths": args.length, "depths": depths, "per_depth": args.per_depth, "seed": args.seed,
-                "tokenizer": tokenizer.describe()}
-    path = write_jsonl(rows, args.output, manifest)
-    print(f"{len(rows)} {args.task} rows ({', '.join(map(str, args.length))} tokens, {len(depths)} depths) -> {path}")
+    for task in args.task:
+        if args.out:
+            paths = write_sets(task, tokenizer, args.out, args.lengths, depths, args.per_depth, args.seed)
+        else:
+            rows = generate(task, tokenizer, args.lengths, depths, args.per_depth, args.seed)
+            manifest = {"generator": GENERATOR, "task": task, "rows": len(rows), "lengths": args.lengths,
+                        "length_is": "context tokens", "depths": depths, "per_depth": args.per_depth,
+                        "seed": args.seed, "tokenizer": tokenizer.describe()}
+            paths = [write_jsonl(rows, args.output, manifest)]
+        print(f"{task}: {len(depths)} depths x {args.per_depth} at {', '.join(map(str, args.lengths))} tokens -> "
+              f"{', '.join(map(str, paths))}")
     return 0

@@ -17,11 +17,20 @@ infinitebench.py); the rules, as compute_scores.py applies them to a prediction:
   gold is compared as written; the benchmark writes names in capitals).
 - math_find (Math.Find): the first number (r"\\d+\\.\\d+|\\d+") equals the answer, as an int when the
   answer is one (a decimal then does not count; the script would fail on it) and as a float otherwise.
+- math_calc (Math.Calc): the runs of digits in the prediction, in order, as numbers (a minus sign is not
+  read, so a negative gold value never matches, as in the script); the score is the length of the prefix
+  that equals the gold list, over the gold list's length ([1, 4, 8] against "1, 4, 9" = 2/3). The script's
+  GPT-4 shift (its first number dropped) is not applied: no model here is prompted as its GPT-4 run was.
+- code_run (Code.Run): \\n . ` ' " : become spaces; the last word, read as an integer (else 0), equals the
+  answer. The script compares it with the answer list itself ([4] == 4, never true); its value is compared.
 - code_debug (Code.Debug): gold = [function name, letter]. "B." or "B:" at the start counts; else after the
   first of "answer is:", "is:", "answer:", "correct option is:" (quotes, `-`, `*` and the word Option
   spaced out) the text must start with the letter or the function name.
 - longbook_sum_eng (En.Sum): ROUGE-Lsum F1 (Hugging Face `evaluate`'s rouge, which runs Google's
   rouge-score without stemming; sentences split on newlines only), the max over the references.
+
+Rows made by `lightning_bench infinitebench_generate` record their depth (percent) and target length: the
+figures then add `by_depth` and `by_length` (mean score per value, as RULER's by_depth).
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ _MC_PREFIXES = ("answer is:", "answer:", "answer is", "option is")
 _DEBUG_SEPARATORS = ("\n", "`", "'", '"', "-", "*", "Option", "option")
 _DEBUG_PREFIXES = ("answer is:", "is:", "answer:", "correct option is:")
 _FIRST_NUMBER = re.compile(r"\d+\.\d+|\d+")
+_CODE_RUN_SEPARATORS = ("\n", ".", "`", "'", '"', ":")
 
 
 def _spaced(text: str, separators) -> str:
@@ -119,6 +129,33 @@ def math_find(pred: str, gold: list[str]) -> float:
     return float(float(number) == label)
 
 
+def _digits(number: str) -> str:
+    """A run of digits as the number it reads as ("007" -> "7"), kept a string: a model can print more digits
+    than int() converts."""
+    return number.lstrip("0") or "0"
+
+
+def math_calc(pred: str, gold: list[str]) -> float:
+    values = [_digits(run) for run in re.split("[^0-9]", pred) if run]
+    matched = 0
+    for got, want in zip(values, gold):
+        if got != str(int(want)):
+            break
+        matched += 1
+    return matched / len(gold)
+
+
+def code_run(pred: str, gold: list[str]) -> float:
+    words = _spaced(pred.strip(), _CODE_RUN_SEPARATORS).split()
+    if not words:
+        return 0.0
+    try:
+        value = int(words[-1])  # the script's reading: Python's int() of the last word
+    except ValueError:
+        return 0.0
+    return float(value == int(gold[0]))
+
+
 def code_debug(pred: str, gold: list[str]) -> float:
     fn_name, letter = gold[0], gold[1]
     pred = pred.strip()
@@ -141,6 +178,8 @@ RULES: dict[str, tuple[Callable[[str, list[str]], float], str]] = {
     "longbook_choice_eng": (longbook_choice, "accuracy: choice letter or option text"),
     "longdialogue_qa_eng": (longdialogue, "accuracy: the name is one of the words"),
     "math_find": (math_find, "accuracy: first number == answer"),
+    "math_calc": (math_calc, "share of the gold values matched from the start, in order"),
+    "code_run": (code_run, "accuracy: last word as an integer == answer"),
     "code_debug": (code_debug, "accuracy: choice letter or function name"),
     "longbook_sum_eng": (longbook_sum, "ROUGE-Lsum F1 (rouge-score, no stemming)"),
 }
@@ -152,10 +191,25 @@ def score_one(task_short: str, prediction: str, answers: list[str]) -> float:
     return 100.0 * rule(prediction, list(answers))
 
 
+def _means_by(rows, per, field: str, key: Callable[[float], str]) -> dict[str, float]:
+    """Mean score per value of the rows' `field` (skipping rows without it), in numeric order."""
+    groups: dict[str, list[float]] = {}
+    for row, s in zip(rows, per):
+        if row.get(field) is not None:
+            groups.setdefault(key(float(row[field])), []).append(s["score"])
+    return {k: sum(v) / len(v) for k, v in sorted(groups.items(), key=lambda kv: float(kv[0]))}
+
+
 def _score(task, rows, preds, pairs):
     per = [{"score": score_one(task.short_name, pred, row["answers"])} for pred, row in zip(preds, rows)]
-    return {**figures(per, ("score",)), "score_is": RULES[task.short_name][1],
-            "scorer": "InfiniteBench src/compute_scores.py (re-implemented), x100"}, per
+    out = {**figures(per, ("score",)), "score_is": RULES[task.short_name][1],
+           "scorer": "InfiniteBench src/compute_scores.py (re-implemented), x100"}
+    # depths as RULER's keys ("10", "33.3333"); lengths whole ("1048576", where :g would write 1.04858e+06)
+    for name, field, key in (("by_depth", "depth", "{:g}".format), ("by_length", "target_length", "{:.0f}".format)):
+        means = _means_by(rows, per, field, key)
+        if means:
+            out[name] = means
+    return out, per
 
 
 SCORERS = {"infinitebench": _score}

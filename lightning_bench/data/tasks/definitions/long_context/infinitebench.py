@@ -6,8 +6,13 @@ at the limit or the end of the answer).
     Retrieve.PassKey  infinitebench/passkey            Retrieve.Number  infinitebench/number_string
     Retrieve.KV       infinitebench/kv_retrieval       En.QA            infinitebench/longbook_qa_eng
     En.MC             infinitebench/longbook_choice_eng  En.Dia         infinitebench/longdialogue_qa_eng
-    Math.Find         infinitebench/math_find          Code.Debug       infinitebench/code_debug
+    Math.Find         infinitebench/math_find          Math.Calc        infinitebench/math_calc
+    Code.Run          infinitebench/code_run           Code.Debug       infinitebench/code_debug
     En.Sum            infinitebench/longbook_sum_eng
+
+Math.Calc keeps the scripts' limit of 30,000 new tokens (its answer lists every intermediate value of an
+expression as long as the context): it needs a window of 30,000 tokens beyond the prompt, or a smaller
+--max_new_tokens (whose score then counts only the values it leaves room for).
 
 The sample's `context` (the haystack, the book, the dialogue script, the code, the list) is the
 definition's document: it loses its middle when the prompt is too long (as the official scripts cut the
@@ -17,7 +22,9 @@ compute_scores.py's per-task rules, x100 (evaluation/long_context/infinitebench.
 Files: the benchmark's <task>.jsonl (data/tasks/formats/long_context/infinitebench.py); the hub:
 xinrongzhang2022/InfiniteBench, one split per task, read as this definition's "test" split. passkey,
 number_string and kv_retrieval can be made locally at any length for any tokenizer
-(`lightning_bench infinitebench_generate`, data/infinitebench_generate.py).
+(`lightning_bench infinitebench_generate --out DATA/infinitebench`, data/infinitebench_generate.py): under a
+data folder their splits named by a length (4096 ... 131072, local_layout_infinitebench.yaml) are those
+sets, which --max_context N reads; the split "test" stays the benchmark's file (passkey: the 8k sample).
 """
 
 from __future__ import annotations
@@ -26,7 +33,8 @@ from lightning_bench.data.tasks.definition import Benchmark, GenerationSettings,
 from lightning_bench.data.tasks.formats.long_context.infinitebench import math_prefix
 
 HUB = "xinrongzhang2022/InfiniteBench"
-FIELDS = "id, context, input, answer, options (the benchmark's generated tasks: context, input, answer, len)"
+FIELDS = ("id, context, input, answer, options (the benchmark's generated tasks: context, input, answer, len; "
+          "`infinitebench_generate` adds target_length and depth)")
 FIND_IT = "There is an important info hidden inside a lot of irrelevant text. Find it"
 QUIZ = "I will quiz you about the important information there."
 
@@ -76,6 +84,19 @@ def math_find(r: dict) -> tuple:
     return f"{prefix}\n\n{r['context']}\n\n{r['input']}", tuple(r["answers"])
 
 
+def math_calc(r: dict) -> tuple:
+    # the chat template's prompt (gpt4_templates); the scripts' GPT-4 run sent the bare expression after a
+    # system prompt and a worked turn instead, an API arrangement not reproduced here
+    return f"Compute the intermediate values in the following long expression.\n\n{r['context']}", tuple(r["answers"])
+
+
+def code_run(r: dict) -> tuple:
+    # "called named" is the benchmark's own words
+    return (f"Following is a set of Python functions. There is a function called named {r['func']}.\n\n"
+            f"{r['context']}\n\nPlease give me the exact number of the return value of {r['func_call']}. Be concise. "
+            "Your response must end with the final returned value.", tuple(r["answers"]))
+
+
 def code_debug(r: dict) -> tuple:
     # "funtion" and "inspect the options" are the benchmark's own words
     return ("There is ONLY ONE function in the large project that is deliberately made to include an obvious "
@@ -96,6 +117,8 @@ SPECS = {
     "longbook_choice_eng": ("En.MC", longbook_choice_eng, 40),
     "longdialogue_qa_eng": ("En.Dia", longdialogue_qa_eng, 40),
     "math_find": ("Math.Find", math_find, 3),
+    "math_calc": ("Math.Calc", math_calc, 30000),
+    "code_run": ("Code.Run", code_run, 5),
     "code_debug": ("Code.Debug", code_debug, 5),
     "longbook_sum_eng": ("En.Sum", longbook_sum_eng, 1200),
 }
