@@ -79,3 +79,37 @@ def test_a_length_beyond_the_window_is_refused_unless_the_cut_is_asked_for(tiny_
     files = results["meta"]["data"]["sources"]["ruler/niah_single_1"]["4096"]["files"]
     assert files[0]["path"].endswith("ruler/4096/niah_single_1.jsonl")
     assert cell["protocol"]["data"]["files"] == files  # the cell is tied to the data it read
+
+
+def _test(tiny_hf, data_dir, *extra):
+    return ["test", "--model", "hf", "--model.pretrained", str(tiny_hf), "--task", "ruler/niah_single_1",
+            "--data.data_dir", str(data_dir), "--data.max_new_tokens", "3", "--trainer.enable_progress_bar", "false",
+            "--trainer.logger", "false", *extra]
+
+
+def test_test_refuses_a_context_beyond_the_window_unless_the_cut_is_asked_for(tiny_hf, ruler_dir, tmp_path, capsys):
+    """`lightning_bench test --data.max_context`: the same rule as downstream's --max_context."""
+    code, _, err = run(_test(tiny_hf, ruler_dir, "--data.max_context", "4096"), capsys)
+    lines = [line for line in err.splitlines() if line.startswith("lightning_bench: error:")]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert ("--data.max_context 4096 is beyond the model's window (512 tokens); lower it, or pass --data.max_length "
+            "<= 512 to cut the middle of longer prompts") in lines[0]
+    assert not (tmp_path / "benchmark_results").exists()
+    # the window itself is not beyond it: 512 passes the window check and is refused only for having no set
+    code, _, err = run(_test(tiny_hf, ruler_dir, "--data.max_context", "512"), capsys)
+    assert code == 2 and "max_context 512 has no ruler set" in err and "beyond the model's window" not in err, err
+    # truncation asked for: the 4096 set is read and its prompts lose their middle to fit 160 tokens
+    code, _, err = run(_test(tiny_hf, ruler_dir, "--data.max_context", "4096", "--data.max_length", "160"), capsys)
+    assert code in (0, None), err
+    folder = tmp_path / "benchmark_results"
+    record = json.loads((folder / f"hf-{tiny_hf.name}_downstream.json").read_text())
+    (run_,) = record["runs"].values()
+    assert run_["protocol"]["max_length"] == 160 and run_["config"]["data"]["init_args"]["max_context"] == 4096
+    files = run_["meta"]["data"]["sources"]["ruler/niah_single_1"]["4096"]["files"]
+    assert [f["path"] for f in files] == [str(ruler_dir / "ruler" / "4096" / "niah_single_1.jsonl")]
+    samples = [json.loads(line) for line in (folder / f"hf-{tiny_hf.name}_downstream.samples.jsonl").read_text()
+               .splitlines()]
+    assert [s["id"] for s in samples] == ["0", "1"]  # the 4096 set's rows (the 8192 set's start at 100)
+    for sample in samples:
+        assert sample["truncated_tokens"] > 0 and sample["prompt_tokens"] + 3 <= 160
+        assert sample["original_prompt_tokens"] == sample["prompt_tokens"] + sample["truncated_tokens"]

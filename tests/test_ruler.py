@@ -2,14 +2,17 @@
 depth, deterministic per seed, every task at 4096 and 8192 for SmolLM2's tokenizer), the reader (generated
 files, RULER's own files, hub rows, broken files refused in one line) and string_match_all / part."""
 
+import bisect
 import json
+import re
 import shutil
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from lightning_bench.data.ruler_generate import TASK_NAMES, generate_task, main, write_rows
+from lightning_bench.data.ruler_generate import SPECS, TASK_NAMES, generate_task, main, write_rows
 from lightning_bench.data.tasks import BENCHMARKS, check_definition, get_task, load_rows
 from lightning_bench.data.tasks.formats.long_context.ruler import READERS
 from lightning_bench.errors import ConfigError, MissingData
@@ -109,38 +112,184 @@ def test_every_task_at_4096_and_8192_within_one_percent(smollm2_dir, shared_data
                                 "max_new_tokens", "depth", "target_length"}
 
 
-def _token_depth(tok, context: str, char: int) -> float:
-    """Where the token holding character `char` sits in the tokenized context (0..1)."""
+ESSAY_TASKS = tuple(t for t in TASK_NAMES if SPECS[t][1].get("haystack") == "essay")
+
+
+def test_essay_tasks_at_4096_and_8192_on_pg19_within_one_percent(smollm2_dir, shared_data):
+    """The long_context preset's haystack (--haystack essay --essay ../shared/data/pg19) at both lengths."""
+    assert ESSAY_TASKS == ("niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multivalue", "niah_multiquery")
+    tok = tokenizer(str(smollm2_dir))
+    books = sorted((shared_data / PG19).rglob("*.txt"))  # a folder's .txt files, in name order
+    text = " ".join(" ".join(f.read_text(encoding="utf-8").split()) for f in books)
+    for length in (4096, 8192):
+        for task in ESSAY_TASKS:
+            (row,) = generate_task(task, tok, length, 1, seed=3, haystack="essay", essay=shared_data / PG19)
+            max_new = get_task(f"ruler/{task}").generation.max_new_tokens
+            assert row["length"] == len(tok.encode(row["input"])) + max_new, task
+            assert 0.99 * length <= row["length"] <= length, (task, length, row["length"])
+            assert row["haystack"] == "essay" and row["target_length"] == length
+            assert all(f" is: {value}." in row["context"] for value in row["outputs"]), task
+            # the haystack, its needles taken out, is the books' text from their start (RULER: haystack[:n])
+            body = row["context"].split("\n", 1)[1]
+            prose = " ".join(NEEDLE_SENTENCE.sub(" ", body).split())
+            assert len(tok.encode(prose)) > 0.9 * length and text.startswith(prose), (task, length)
+
+
+# ---- depth: where the answer sits in the tokenized haystack --------------------------------------------------
+# RULER's depth: the needle (qa: the gold paragraph) is inserted at depth% of the haystack, 0 = before its first
+# unit, 100 = after its last (RULER: insertion_positions = int(len(haystack_sentences) * depth / 100)). Measured
+# here on the context as the model reads it: the haystack's tokens before the answer's first token, as a
+# fraction of the haystack's tokens, the inserted needles / gold paragraphs left out of both counts.
+# Tolerance: an insertion can only go between two units of the haystack (a noise line, 25 tokens; a distractor
+# needle, 20-80; an essay sentence; a document, 50-500), so the boundary nearest depth% is at most half the
+# unit around it away: half the larger of the two units beside the answer, in tokens, plus JOIN_SLACK tokens
+# (a unit tokenized on its own and inside the text may differ by a merge at its edges).
+JOIN_SLACK = 2
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")  # the module's documented sentence rule
+LINE_END = re.compile(r"\n")
+DOCUMENT_END = re.compile(r"\n\n(?=Document \d+:\n)")
+NEEDLE_SENTENCE = re.compile(r"One of the special magic (?:numbers|uuids) for \S+ is: \S+\.")
+PG19 = "pg19"  # the long_context preset's essay haystack (--haystack essay --essay ../shared/data/pg19)
+
+
+def _depths_in_haystack(tok, context: str, start: int, end: int, separator, items, answers):
+    """For each answer (a character position: the start of one of `items`), (haystack tokens before it,
+    haystack tokens, tolerance in tokens) in context[start:end] split into units at `separator`; `items` are
+    the (start, end) character spans of the inserted needles / paragraphs, left out of the counts."""
     enc = tok.tok(context, add_special_tokens=False, return_offsets_mapping=True)
-    index = next(i for i, (_, end) in enumerate(enc["offset_mapping"]) if end > char)
-    return index / len(enc["input_ids"])
+    ends = [e for _, e in enc["offset_mapping"]]
+    token_at = lambda char: bisect.bisect_right(ends, char)  # noqa: E731 (the token holding the character)
+    cuts = {start} | {m.end() for m in separator.finditer(context, start, end)}
+    for a, b in items:  # an inserted item is a unit of its own, wherever it was put
+        cuts |= {a, b + len(context[b:end]) - len(context[b:end].lstrip())}
+    cuts = sorted(c for c in cuts if c < end)
+    inserted = {a for a, _ in items}
+    units = [(cut in inserted, token_at(nxt) - token_at(cut)) for cut, nxt in zip(cuts, cuts[1:] + [end])]
+    haystack = sum(n for own, n in units if not own)
+    out = []
+    for answer in answers:
+        assert answer in inserted, (answer, context[answer - 40:answer + 40])
+        k = cuts.index(answer)
+        first = tok.decode(enc["input_ids"][token_at(answer):token_at(answer) + 6]).lstrip()
+        assert context[answer:].startswith(first), (first, context[answer:answer + 40])  # the answer starts a token
+        before = sum(n for own, n in units[:k] if not own)
+        beside = [next((n for own, n in reversed(units[:k]) if not own), 0),
+                  next((n for own, n in units[k:] if not own), 0)]
+        out.append((before, haystack, max(beside) / 2 + JOIN_SLACK))
+    return out
 
 
-def _needle_start(context: str, value: str) -> int:
-    return context.rindex("One of the special magic", 0, context.index(value))
+def _assert_at(row, depths, measured):
+    for depth, (before, haystack, tolerance) in zip(depths, measured, strict=True):
+        wanted = depth / 100 * haystack
+        assert abs(before - wanted) <= tolerance, (
+            f"{row['task']} at {row['target_length']}: asked for {depth}%, found at {100 * before / haystack:.2f}% "
+            f"of {haystack} haystack tokens ({before - wanted:+.1f} tokens; tolerance {tolerance:.1f})")
+
+
+def _needle_depths(tok, row):
+    """The measured place of each of the row's answer needles (in `outputs` order)."""
+    context = row["context"]
+    assert context.count("\n", 0, context.index("\n") + 1) == 1 and context.endswith("\n")
+    start, end = context.index("\n") + 1, len(context) - 1  # the intro line | the haystack | "\n"
+    needles = [(m.start(), m.end()) for m in NEEDLE_SENTENCE.finditer(context, start, end)]
+    answers = [context.rindex("One of the special magic", 0, context.index(f" is: {value}."))
+               for value in row["outputs"]]
+    # noise and essay haystacks hold no needle of their own: every needle there was inserted; a haystack of
+    # distractor needles (niah_multikey_2/3) had only the answer needles inserted into it
+    items = needles if row["haystack"] != "needle" else [(a, b) for a, b in needles if a in answers]
+    separator = SENTENCE_END if row["haystack"] == "essay" else LINE_END
+    return _depths_in_haystack(tok, context, start, end, separator, items, answers)
+
+
+def _gold_depth(tok, row, gold_paragraphs):
+    """The measured place of a qa row's gold paragraph(s) (inserted together: the first one's place)."""
+    context = row["context"]
+    start = context.index("given documents.\n\n") + len("given documents.\n\n")
+    end = len(context) - 2  # the documents | "\n\n"
+    items = []
+    for gold in gold_paragraphs:
+        found = [m.span() for m in re.finditer(r"Document \d+:\n" + re.escape(gold) + r"(?=\n\n)", context)]
+        assert len(found) == 1, (row["task"], gold[:60], found)
+        items += found
+    return _depths_in_haystack(tok, context, start, end, DOCUMENT_END, items, [min(a for a, _ in items)])
+
+
+def _squad_gold(shared_data: Path, question: str) -> list[str]:
+    squad = json.loads((shared_data / "squad_v2.0" / "dev-v2.0.cs224n_subset.json").read_text())
+    return list({p["context"] for a in squad["data"] for p in a["paragraphs"] for q in p["qas"]
+                 if q["question"] == question and q["answers"]})
+
+
+def _hotpot_gold(hotpot: Path, question: str) -> list[str]:
+    row = next(r for r in json.loads(hotpot.read_text()) if r["question"] == question)
+    titles = {title for title, _ in row["supporting_facts"]}
+    return [f"{title}\n{''.join(sentences)}" for title, sentences in row["context"] if title in titles]
+
+
+NIAH_CASES = (("niah_single_1", "noise"), ("niah_single_2", "essay"), ("niah_multikey_1", "essay"),
+              ("niah_multikey_2", "noise"), ("niah_multikey_3", "noise"), ("niah_multivalue", "essay"))
 
 
 @pytest.mark.parametrize("depth", [0, 25, 50, 75, 100])
-def test_needle_at_the_requested_depth(depth, smollm2_dir, shared_data):
+def test_needles_at_the_requested_depth_of_the_haystack(depth, smollm2_dir, shared_data):
     tok = tokenizer(str(smollm2_dir))
-    for task, haystack in (("niah_single_1", "noise"), ("niah_single_2", "essay")):
-        (row,) = generate_task(task, tok, 4096, 1, seed=5, depth=depth, haystack=haystack,
-                               essay=shared_data / "wikitext-2" / "test.txt")
-        assert row["depth"] == depth and row["haystack"] == haystack
-        start = _needle_start(row["context"], row["outputs"][0])
-        ids = tok.encode(row["context"])
-        at = round(_token_depth(tok, row["context"], start) * len(ids))
-        assert "One of the special magic" in tok.decode(ids[at:at + 12])  # the needle's own tokens start there
-        assert abs(at / len(ids) - depth / 100) <= 0.02, (task, at / len(ids))
+    for task, haystack in NIAH_CASES:
+        (row,) = generate_task(task, tok, 4096, 1, seed=5, depth=depth, haystack=haystack, essay=shared_data / PG19)
+        assert row["depth"] == depth and row["needle_depths"] == [depth] * len(row["outputs"])
+        assert row["haystack"] == {"niah_multikey_2": "needle", "niah_multikey_3": "needle"}.get(task, haystack)
+        _assert_at(row, row["needle_depths"], _needle_depths(tok, row))
 
 
-def test_drawn_depths_are_recorded_per_needle(smollm2_dir):
+@pytest.mark.parametrize("depth", [0, 25, 50, 75, 100])
+def test_gold_paragraph_at_the_requested_depth(depth, smollm2_dir, shared_data, tmp_path):
     tok = tokenizer(str(smollm2_dir))
-    for row in generate_task("niah_multivalue", tok, 4096, 2, seed=11):
-        assert len(row["needle_depths"]) == len(row["outputs"]) == 4 and row["depth"] == row["needle_depths"][0]
-        for value, depth in zip(row["outputs"], row["needle_depths"]):
-            where = _token_depth(tok, row["context"], _needle_start(row["context"], value))
-            assert abs(where - depth / 100) <= 0.02, (value, depth, where)
+    hotpot = _hotpotqa_file(shared_data, tmp_path)
+    for task, gold in (("qa_1", lambda q: _squad_gold(shared_data, q)), ("qa_2", lambda q: _hotpot_gold(hotpot, q))):
+        (row,) = generate_task(task, tok, 4096, 1, seed=5, depth=depth, hotpotqa=hotpot)
+        assert row["depth"] == depth
+        question = row["question"].split("\n\nQuestion: ", 1)[1]
+        paragraphs = gold(question)
+        assert paragraphs and all(any(a in p for p in paragraphs) for a in row["outputs"])  # the gold holds the answer
+        _assert_at(row, [depth], _gold_depth(tok, row, paragraphs))
+
+
+def test_drawn_depths_are_recorded_per_needle(smollm2_dir, shared_data):
+    tok = tokenizer(str(smollm2_dir))
+    ruler_depths = {float(d) for d in np.round(np.linspace(0, 100, 40))}  # RULER's depths
+    for task, haystack in (("niah_multivalue", "noise"), ("niah_multiquery", "essay"), ("niah_multikey_1", "essay")):
+        for row in generate_task(task, tok, 4096, 2, seed=11, haystack=haystack, essay=shared_data / PG19):
+            depths = row["needle_depths"]
+            assert len(depths) == len(row["outputs"]) and row["depth"] == depths[0]
+            assert set(depths) <= ruler_depths and len(set(depths)) == len(depths)  # drawn without replacement
+            _assert_at(row, depths, _needle_depths(tok, row))
+
+
+def test_the_depth_measure_follows_a_moved_needle(smollm2_dir, shared_data, tmp_path):
+    """The checks above can fail: moved in a copy of a row, the needle (gold paragraph) is measured where it
+    went, and refused at the depth the row records."""
+    tok = tokenizer(str(smollm2_dir))
+    (row,) = generate_task("niah_single_1", tok, 4096, 1, seed=5, depth=50)
+    ((before, haystack, tolerance),) = _needle_depths(tok, row)
+    lines = row["context"].split("\n")
+    i = next(i for i, line in enumerate(lines) if line.startswith("One of the special magic"))
+    moved = lines[:i] + lines[i + 1:i + 6] + [lines[i]] + lines[i + 6:]  # 5 noise lines later
+    ((after, total, _),) = measured = _needle_depths(tok, {**row, "context": "\n".join(moved)})
+    assert set(lines[i + 1:i + 6]) == {lines[i + 1]} and total == haystack
+    assert after - before == 5 * len(tok.encode(lines[i + 1] + "\n")) > 4 * tolerance
+    with pytest.raises(AssertionError, match="asked for 50.0%"):
+        _assert_at(row, row["needle_depths"], measured)
+
+    hotpot = _hotpotqa_file(shared_data, tmp_path)
+    (row,) = generate_task("qa_2", tok, 4096, 1, seed=5, depth=25, hotpotqa=hotpot)
+    gold = _hotpot_gold(hotpot, row["question"].split("\n\nQuestion: ", 1)[1])
+    ((before, haystack, _),) = _gold_depth(tok, row, gold)
+    doc = re.search(r"Document \d+:\n" + re.escape(gold[0]) + "\n\n", row["context"]).group()
+    last = row["context"].replace(doc, "")[:-2] + "\n\n" + doc  # the gold paragraph moved after the last one
+    ((after, total, _),) = measured = _gold_depth(tok, {**row, "context": last}, gold)
+    assert before < 0.5 * haystack and after == total and abs(total - haystack) <= 2
+    with pytest.raises(AssertionError, match="asked for 25%"):
+        _assert_at(row, [25], measured)
 
 
 def test_deterministic_per_seed_and_sample(smollm2_dir):

@@ -68,7 +68,7 @@ from lightning_bench.data.tasks.definitions.long_context.ruler import SPECS, TAS
 from lightning_bench.errors import ConfigError, MissingData, unknown_name
 from lightning_bench.results.io import write_text_atomic
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: depths over the haystack alone (1 counted the inserted needles too)
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 DEPTHS = tuple(round(100 * i / 39) for i in range(40))  # RULER's np.round(np.linspace(0, 100, 40))
 HAYSTACKS = ("noise", "essay")
@@ -271,23 +271,21 @@ class TokenCounter:
 
 def _boundaries(units: Sequence[str], joiner: str, items: Sequence[tuple[float, str]],
                 count: Callable[[str], int]) -> list[int]:
-    """For each (depth in percent, text) to insert, in depth order, the unit boundary (0..len(units)) where
-    that fraction of the finished text's tokens lies before it (the items inserted before it included).
+    """For each (depth in percent, text) to insert, the unit boundary (0..len(units)) nearest to that
+    fraction of the HAYSTACK's own tokens, as RULER places needles (int(len(haystack) * depth / 100) over the
+    haystack alone: the inserted items are not counted, so several needles do not push each other later).
     Units are counted one by one; a joiner of whitespace other than newlines counts as no token."""
     glue = count(joiner) if "\n" in joiner else 0
     starts = [0]
     for u in units:
         starts.append(starts[-1] + count(u) + glue)
-    sizes = [count(text) + glue for _, text in items]
-    total = starts[-1] + sum(sizes)
-    out, before = [], 0
-    for (depth, _), size in zip(items, sizes):
-        at = depth / 100 * total - before
+    out = []
+    for depth, _ in items:
+        at = depth / 100 * starts[-1]
         j = bisect.bisect_left(starts, at)
         if j > 0 and (j == len(starts) or at - starts[j - 1] <= starts[j] - at):
             j -= 1
         out.append(min(j, len(units)))
-        before += size
     return out
 
 
