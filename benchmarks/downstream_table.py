@@ -1,6 +1,7 @@
 """Markdown tables of a `lightning_bench downstream` results file, as docs/long_context.md shows them.
 
     python benchmarks/downstream_table.py RESULTS_JSON [--protocols query_aware query_agnostic]
+    python benchmarks/downstream_table.py RESULTS_DIR/NAME/cells   # a grid still running: its finished cells
 
 One table per protocol: a row per task (its headline metric, percent), a column per method and
 compression level (dense once), a last row with the mean over the tasks every column has; then the
@@ -13,6 +14,7 @@ The driver's `{name}_summary.txt` has the per-cell CIs; this only lays the headl
 import argparse
 import json
 from collections import defaultdict
+from pathlib import Path
 
 
 def column(cell: dict) -> str:
@@ -55,10 +57,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results")
     parser.add_argument("--protocols", nargs="+", default=["query_aware", "query_agnostic", "interval"])
+    parser.add_argument("--methods", nargs="+", default=["dense", "streaming_llm", "snapkv", "tova", "knorm", "h2o"],
+                        help="column order for a cells folder (a results file keeps its grid's order)")
     args = parser.parse_args()
-    record = json.load(open(args.results, encoding="utf-8"))
-    cells = list(record["cells"].values())
-    print(f"{record['name']}: {len(cells)} cells; model {record['config']['model']['pretrained']}")
+    if Path(args.results).is_dir():  # the cell files of a grid not finished yet (each a whole cell record)
+        cells = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(Path(args.results).glob("*.json"))]
+        order = {m: i for i, m in enumerate(args.methods)}  # columns as the presets list the methods
+        cells.sort(key=lambda c: (c["task"], order.get(c["method"], len(order)), c["method"], c["level"]))
+        print(f"{Path(args.results).parent.name} (finished cells only): {len(cells)} cells")
+    else:
+        record = json.load(open(args.results, encoding="utf-8"))
+        cells = list(record["cells"].values())
+        print(f"{record['name']}: {len(cells)} cells; model {record['config']['model']['pretrained']}")
     for protocol in args.protocols:
         print("\n".join(tables(cells, protocol)))
 
