@@ -63,7 +63,10 @@ def main():
     if Path(args.results).is_dir():  # the cell files of a grid not finished yet (each a whole cell record)
         cells = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(Path(args.results).glob("*.json"))]
         order = {m: i for i, m in enumerate(args.methods)}  # columns as the presets list the methods
-        cells.sort(key=lambda c: (c["task"], order.get(c["method"], len(order)), c["method"], c["level"]))
+        listed = max((c.get("meta", {}).get("data", {}).get("tasks", []) for c in cells), key=len, default=[])
+        rank = {t: i for i, t in enumerate(listed)}  # rows as the longest run's task list (the grid's order)
+        cells.sort(key=lambda c: (rank.get(c["task"], len(rank)), c["task"], order.get(c["method"], len(order)),
+                                  c["method"], c["level"]))
         print(f"{Path(args.results).parent.name} (finished cells only): {len(cells)} cells")
     else:
         record = json.load(open(args.results, encoding="utf-8"))
