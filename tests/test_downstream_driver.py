@@ -1,7 +1,7 @@
 """`lightning_bench downstream` end to end on a tiny random Llama and the shared samples: the grid, the
 results JSON and summary, dense cells equal to `lightning_bench test`, sparsity 0 equal to dense for
-every method and both protocols, a killed run resumed to the same numbers, a damaged cell file
-recomputed, and one-line errors."""
+every method and both protocols, a killed run resumed to the same numbers, a group stopped mid-way
+resumed after its last finished example, a damaged cell file recomputed, and one-line errors."""
 
 import json
 import shutil
@@ -116,6 +116,58 @@ def test_killed_run_resumes_to_the_same_results_and_damaged_cells_are_recomputed
     assert out.count("done before") == len(finished) - 1 and f"{damaged.name} is damaged" in err
     assert damaged.with_name(damaged.name + ".corrupt").exists()
     assert _stable(_results(tmp_path / "killed")) == _stable(_results(tmp_path / "whole"))
+
+
+
+class _Stop(Exception):
+    """Stands for a run stopped in the middle of a group (a crash, a session's end)."""
+
+
+def test_a_group_stopped_mid_way_resumes_after_its_last_finished_example(tiny_hf, shared_data, tmp_path, capsys,
+                                                                         monkeypatch):
+    from lightning_bench.sparsity import task_decode
+
+    grid = ["--tasks", "xsum", "--max_samples", "4", "--methods", "dense", "h2o", "tova", "--sparsity", "0.5",
+            "--protocols", "query_agnostic"]
+    code, _, err = run(_args(tiny_hf, shared_data, tmp_path / "whole", *grid), capsys)
+    assert code == 0, err
+
+    original_continue, original_prefill = task_decode.continue_prompt, task_decode.prefill_prompt
+    calls = {"continue": 0, "prefill": 0}
+
+    def continue_then_stop(*args, **kwargs):  # 3 cells a example: stop in the 3rd example's 2nd cell
+        calls["continue"] += 1
+        if calls["continue"] == 8:
+            raise _Stop
+        return original_continue(*args, **kwargs)
+
+    monkeypatch.setattr(task_decode, "continue_prompt", continue_then_stop)
+    with pytest.raises(_Stop):
+        run(_args(tiny_hf, shared_data, tmp_path / "stopped", *grid), capsys)
+    partial = tmp_path / "stopped" / "t" / "partial" / "xsum__query_agnostic_seed1234.json"
+    assert json.loads(partial.read_text())["examples"] == 2 and not list((tmp_path / "stopped" / "t" / "cells").glob("*"))
+
+    def counted_prefill(*args, **kwargs):
+        calls["prefill"] += 1
+        return original_prefill(*args, **kwargs)
+
+    monkeypatch.setattr(task_decode, "continue_prompt", original_continue)
+    monkeypatch.setattr(task_decode, "prefill_prompt", counted_prefill)
+    code, out, err = run(_args(tiny_hf, shared_data, tmp_path / "stopped", *grid), capsys)
+    assert code == 0, err
+    assert "resuming after example 2 of 4" in out and calls["prefill"] == 2  # examples 3 and 4 only
+    assert not partial.exists()
+    assert _stable(_results(tmp_path / "stopped")) == _stable(_results(tmp_path / "whole"))
+
+    # a progress file left under other settings is set aside, not merged
+    monkeypatch.setattr(task_decode, "continue_prompt", continue_then_stop)
+    calls["continue"] = 0
+    with pytest.raises(_Stop):
+        run(_args(tiny_hf, shared_data, tmp_path / "other", *grid), capsys)
+    monkeypatch.setattr(task_decode, "continue_prompt", original_continue)
+    code, out, err = run(_args(tiny_hf, shared_data, tmp_path / "other", *grid, "--max_new_tokens", "3"), capsys)
+    assert code == 0 and "under other settings" in err and "resuming" not in out
+    assert (tmp_path / "other" / "t" / "partial" / "xsum__query_agnostic_seed1234.json.stale").exists()
 
 
 @pytest.mark.parametrize("args, message", [

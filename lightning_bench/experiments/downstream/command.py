@@ -22,6 +22,7 @@ import re
 import shlex
 import time
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -31,6 +32,7 @@ from lightning_bench.data.tasks import default_max_length
 from lightning_bench.experiments.core.config import check_name, parse_command
 from lightning_bench.experiments.core.store import CellFolder
 from lightning_bench.experiments.downstream.config import DownstreamConfig
+from lightning_bench.experiments.downstream.progress import GroupProgress
 from lightning_bench.experiments.downstream.prompts import TaskPrompts, build_prompts, shortest_context
 from lightning_bench.experiments.downstream.report import log_wandb, write_report
 from lightning_bench.experiments.downstream.scoring import per_example, predictions, primary_metric, score_cell
@@ -111,13 +113,15 @@ def _cell_record(cell, pairs: list, rows: list, method_record: dict, memory) -> 
             "num_examples": len(rows), "samples": rows}
 
 
-def run_group(net, group: list, cfg, prompts: TaskPrompts, tokenizer, params_of, memory) -> list[dict]:
+def run_group(net, group: list, cfg, prompts: TaskPrompts, tokenizer, params_of, memory,
+              progress: Optional[GroupProgress] = None) -> list[dict]:
     """The cells of one task, protocol and seed, scored as `test --task` scores them.
 
     Every example is prefilled ONCE (sparsity/task_decode.prefill_prompt, recording the statistics of
     every method of the group) and continued by each cell's method and budget on a copy of it: the
     prefill does not depend on the method, and the tokens are those of separate runs
-    (tests/test_task_decode.py), while a long context is prefilled once instead of once per cell."""
+    (tests/test_task_decode.py), while a long context is prefilled once instead of once per cell.
+    With `progress`, each example's rows are saved as it ends and a stopped group resumes after them."""
     from lightning_bench.sparsity.task_decode import continue_prompt, prefill_prompt
 
     head = group[0]
@@ -130,7 +134,16 @@ def run_group(net, group: list, cfg, prompts: TaskPrompts, tokenizer, params_of,
     pairs = {cell.key: [] for cell in group}
     rows = {cell.key: [] for cell in group}
     described = {}
+    saved = progress.load() if progress is not None else None
+    if saved is not None:  # rows of the examples a stopped run finished
+        for key, cell_saved in saved["cells"].items():
+            rows[key], described[key] = cell_saved["rows"], cell_saved["method"]
+            pairs[key] = [(prompts.samples[i].request, pred) for i, pred in enumerate(cell_saved["predictions"])]
+        print(f"{PROG} {COMMAND}: {head.task} / {head.protocol} / seed {head.seed}: resuming after example "
+              f"{saved['examples']} of {len(prompts.samples)} ({progress.path})", flush=True)
     for index, sample in enumerate(prompts.samples):
+        if saved is not None and index < saved["examples"]:
+            continue
         with memory:
             shared = prefill_prompt(net, torch.tensor([sample.context_ids], device=device),
                                     torch.tensor([sample.question_ids], device=device) if sample.question_ids else None,
@@ -156,6 +169,9 @@ def run_group(net, group: list, cfg, prompts: TaskPrompts, tokenizer, params_of,
             pairs[cell.key].append((sample.request, pred))
             rows[cell.key].append(_sample_row(sample, pred, draws, max(prefill_peak, memory.peak_mb)))
         del shared
+        if progress is not None:
+            progress.save(index + 1, {key: {"rows": rows[key], "predictions": [pred for _, pred in pairs[key]],
+                                            "method": described.get(key, {})} for key in pairs})
     return [_cell_record(cell, pairs[cell.key], rows[cell.key], described.get(cell.key, {}), memory)
             for cell in group]
 
@@ -234,7 +250,8 @@ def main(argv: list[str]) -> int:
             continue
         start = time.perf_counter()
         torch.manual_seed(todo[0].seed)
-        made = run_group(net, todo, cfg, prompts[todo[0].task], tokenizer, params, memory)
+        progress = GroupProgress(folder / "partial", todo, protocol_of)
+        made = run_group(net, todo, cfg, prompts[todo[0].task], tokenizer, params, memory, progress)
         seconds = time.perf_counter() - start
         for cell, result in zip(todo, made):
             record = {**result, "protocol": protocol_of(cell),
@@ -245,6 +262,7 @@ def main(argv: list[str]) -> int:
             print(f"{PROG} {COMMAND}: [{position[cell.key]}/{len(grid)}] {cell.key}: {record['primary_metric']} "
                   f"{m if m is None else round(m, 2)}  kept {record['cache']['kept_fraction_of_compressed']:.2f} of "
                   f"the compressed tokens", flush=True)
+        progress.clear()
         print(f"{PROG} {COMMAND}: {len(todo)} cells of {todo[0].task} / {todo[0].protocol} / seed {todo[0].seed} "
               f"in {seconds:.1f} s (one prefill per example)", flush=True)
     meta = run_meta(seed=cfg.seeds, extra={"command": command, "data": provenance})
