@@ -84,8 +84,10 @@ def check_cache(cache) -> None:
     """Only plain (full-attention) DynamicLayers can be evicted physically."""
     from transformers.cache_utils import DynamicLayer
 
+    from lightning_bench.sparsity.growing_layer import GrowingLayer
+
     for i, layer in enumerate(getattr(cache, "layers", [])):
-        if type(layer) is not DynamicLayer:
+        if type(layer) not in (DynamicLayer, GrowingLayer):
             raise ConfigError(f"KV-cache eviction supports full-attention dynamic caches only; layer {i} of this "
                               f"model caches with {type(layer).__name__}")
 

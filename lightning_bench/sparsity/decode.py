@@ -116,7 +116,7 @@ def prefill(net, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     """Dense prefill of a left-padded batch: (EvictionState over its DynamicCache, last-position logits (B, V)).
 
     Positions are true positions (0 at each row's first token), as transformers' generate uses."""
-    from transformers import DynamicCache
+    from lightning_bench.sparsity.growing_layer import growing_cache
 
     config = net.config
     group = config.num_attention_heads // (getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
@@ -125,7 +125,7 @@ def prefill(net, input_ids: torch.Tensor, attention_mask: torch.Tensor,
         recorder.query_valid = attention_mask.bool()
     with capturing(net, recorder):
         out = net(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                  past_key_values=DynamicCache(config=config), use_cache=True, logits_to_keep=1)
+                  past_key_values=growing_cache(config), use_cache=True, logits_to_keep=1)
     if recorder is not None:
         recorder.query_valid = None
     return EvictionState(out.past_key_values, attention_mask, positions, group_size=group), out.logits[:, -1]
