@@ -2,8 +2,8 @@
 
 transformers' DynamicLayer appends a decoded token by `torch.cat([keys, new])`: every step copies the
 whole cache of every layer. On a CPU at long contexts that copy is a large share of a decoding step
-(SmolLM2-135M, 8,192 cached tokens, one thread: 336-380 ms a token with the copy, 213-241 ms without;
-the measurement is in docs/sparsity.md). `GrowingLayer` keeps each layer's keys and values in a buffer
+(SmolLM2-135M, 8,192 cached tokens, one thread: 368 ms a token with the copy, 252 ms without, logits
+equal; benchmarks/kv_append.py, figures in docs/sparsity.md). `GrowingLayer` keeps each layer's keys and values in a buffer
 with `SPARE` free slots after them and writes new tokens in place; `keys` / `values` are views of the
 filled part, so everything that reads them (attention, eviction, kv_bytes) sees exactly the cached
 tokens. Whatever assigns a new tensor to `keys` (an eviction's gather, transformers' crop or reorder)
