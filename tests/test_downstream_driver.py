@@ -265,6 +265,19 @@ def test_bits_16_contradicting_the_model_dtype_is_one_line(tiny_hf, shared_data,
     assert not (tmp_path / "r").exists()
 
 
+def test_a_changed_template_is_part_of_the_cells_fingerprint(tiny_hf, shared_data, tmp_path, capsys):
+    """A template at its second version (passkey, which now starts the answer with "The pass key is") names
+    its version in the cell's protocol, so cells of the first version are never reused for it; first
+    versions keep the fingerprint their cells were written with."""
+    code, _, err = run(_args(tiny_hf, shared_data, tmp_path, "--tasks", "infinitebench/passkey", "xsum",
+                             "--max_samples", "1", "--methods", "dense", "--protocols", "query_agnostic"), capsys)
+    assert code == 0, err
+    cells = _results(tmp_path)["cells"]
+    assert cells["infinitebench-passkey__dense_s0.0_query_agnostic_seed1234"]["protocol"]["prompt_version"] == (
+        "infinitebench/passkey@2")
+    assert "prompt_version" not in cells["xsum__dense_s0.0_query_agnostic_seed1234"]["protocol"]
+
+
 def test_long_context_tasks_default_to_the_model_window():
     """Without --max_length / --max_context a long-context suite gets the model's whole window (a 4k RULER
     set must not lose its middle to the 2048 default), other tasks the 2048 cap as before."""

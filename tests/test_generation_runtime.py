@@ -98,6 +98,9 @@ def test_chat_template_applies_to_instruction_tasks_only(smollm2_dir):
     off = PromptedDataModule(tasks="xsum", tokenizer=str(smollm2_dir), chat_template="off")
     off.tokenizer = dm.tokenizer
     assert off.render("xsum", "Summarize this.") == "Summarize this."
+    # a task's answer prefix follows the prompt, with or without the chat template
+    assert dm.render("infinitebench/passkey", "What is the pass key?").endswith("assistant\nThe pass key is")
+    assert off.render("infinitebench/passkey", "What is the pass key?") == "What is the pass key?The pass key is"
     record = dm.protocol_record()
     assert record["chat_template"] == {"xsum": True, "squad": False}
     assert record["sampling"]["xsum"] == {"samples": 1, "temperature": 0.0, "top_p": 1.0, "seed": 1234}

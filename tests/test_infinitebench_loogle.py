@@ -307,8 +307,14 @@ def test_a_set_made_for_a_chat_model_fits_max_context_whole(smollm2_dir, smollm2
     dm = PromptedDataModule(tasks="infinitebench/passkey", data_dir=str(tmp_path), max_context=4096)
     dm.tokenizer = smollm2_tokenizer
     (row,) = dm.rows("infinitebench/passkey", dm.eval_split("infinitebench/passkey"))
+    from lightning_bench.evaluation.prompted import split_prompt
+
     prompt = dm.render("infinitebench/passkey", build_request("infinitebench/passkey", row).context)
     assert prompt.startswith("<|im_start|>system")  # SmolLM2's chat template, as --chat_template auto applies it
+    # the answer starts with the benchmark's own words, in the assistant's turn, after the document
+    assert prompt.endswith("What is the pass key?<|im_end|>\n<|im_start|>assistant\nThe pass key is")
+    _, question, _ = split_prompt(smollm2_tokenizer, prompt, row["context"], 4096, "passkey")
+    assert smollm2_tokenizer.decode(question).endswith("assistant\nThe pass key is")
     # prompt + the 6 new tokens within 4096 (so nothing is cut, and the needle at depth 50 stays), within 1%
     total = len(smollm2_tokenizer.encode(prompt)) + dm.max_new_tokens("infinitebench/passkey", row)
     assert 0.99 * 4096 <= total <= 4096
@@ -351,14 +357,15 @@ def test_generator_writes_one_set_per_length_with_its_manifest(generated, gpt2_t
         # within the target, short of it by less than one whole unit (a noise sentence, a key/value pair)
         name = f"infinitebench/{task}"
         rows = load_rows(name, str(length), data_dir=generated)
-        counted = [len(gpt2_tokenizer.encode(build_request(name, r).context)) + TASKS[name].generation.max_new_tokens
-                   for r in rows]
+        settings = TASKS[name].generation
+        counted = [len(gpt2_tokenizer.encode(build_request(name, r).context + settings.answer_prefix))
+                   + settings.max_new_tokens for r in rows]
         slack = 0.01 if task == "passkey" else 0.02
         assert all((1 - slack) * length <= n <= length for n in counted), (task, counted)
         entry = manifest[task]
         assert (entry["rows"], entry["target_length"], entry["depths"], entry["seed"]) == (3, length, SET_DEPTHS, 1)
         assert (entry["length_min"], entry["length_max"]) == (min(counted), max(counted))
-        assert entry["tokenizer"]["name"] == "gpt2" and entry["generator"].endswith("@2")
+        assert entry["tokenizer"]["name"] == "gpt2" and entry["generator"].endswith("@3")
     assert not list(folder.glob(".*.tmp"))  # written atomically: no temporary file left
 
 

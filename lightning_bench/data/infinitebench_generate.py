@@ -54,7 +54,8 @@ from typing import Callable, Sequence
 from lightning_bench.errors import ConfigError
 from lightning_bench.results.io import write_text_atomic
 
-GENERATOR = "lightning_bench.data.infinitebench_generate@2"  # @2: rows record target_length and depth
+# @2: rows record target_length and depth; @3: the prompt counted with its answer prefix
+GENERATOR = "lightning_bench.data.infinitebench_generate@3"
 NOISE = ("The grass is green. ", "The sky is blue. ", "The sun is yellow. ", "Here we go. ", "There and back again.\n")
 NEEDLES = {"passkey": "The pass key is {key}. Remember it. {key} is the pass key.\n",
            "number_string": "The sequence of digits is {key}. Remember it. {key} is the sequence of digits.\n"}
@@ -128,6 +129,7 @@ def prompt_count(task: str, tokenizer) -> Measure:
         if chat:
             text = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
                                            add_generation_prompt=True)
+        text += definition.generation.answer_prefix
         return len(tokenizer.encode(text)) + definition.generation.max_new_tokens
 
     return count

@@ -176,11 +176,13 @@ class PromptedDataModule(TaskDataModule):
 
     def render(self, task: str, context: str) -> str:
         """The prompt as the model reads it: `context`, or the chat template's rendering of it as one user
-        turn followed by the assistant's turn (the tokenizer's own template, system prompt included)."""
+        turn followed by the assistant's turn (the tokenizer's own template, system prompt included); then
+        the task's answer prefix, which the completion continues."""
+        prefix = (get_task(task).generation or GenerationSettings()).answer_prefix
         if not self.uses_chat_template(task):
-            return context
+            return context + prefix
         return self.tokenizer.tok.apply_chat_template([{"role": "user", "content": context}], tokenize=False,
-                                                      add_generation_prompt=True)
+                                                      add_generation_prompt=True) + prefix
 
     def _fewshot_pool(self, task: str) -> list[dict]:
         split = get_task(task).splits.fewshot

@@ -91,6 +91,10 @@ class GenerationSettings:
     document_text: Optional[Callable[[dict], str]] = None  # the document as the template shows it (dialogue history)
     keep_whitespace: bool = False  # code: the completion's leading indentation is part of the answer
     chat: bool = False  # an instruction-style prompt: wrapped in the model's chat template (--data.chat_template)
+    # the answer's first words, written after the prompt (after the chat template's assistant header) so the
+    # completion continues them; not part of the prediction. InfiniteBench's templates for open models end
+    # their passkey prompt with "The pass key is" and size the 6-token limit for the digits alone.
+    answer_prefix: str = ""
 
 
 # a template maps a row to (context, choices, gold) for multiple_choice, (context, answers) for generate_until

@@ -28,7 +28,7 @@ import torch
 
 from lightning_bench.errors import PROG, ConfigError
 from lightning_bench.data.downstream.prompted import check_window
-from lightning_bench.data.tasks import default_max_length
+from lightning_bench.data.tasks import default_max_length, get_task
 from lightning_bench.experiments.core.config import check_name, parse_command
 from lightning_bench.experiments.core.store import CellFolder
 from lightning_bench.experiments.downstream.config import DownstreamConfig
@@ -45,11 +45,17 @@ CELL_FILE = re.compile(r"^[A-Za-z0-9_.-]+__[a-z0-9_]+_[sb][0-9.e+-]+_[a-z_]+_see
 
 
 def _protocol(config: dict, prompts: TaskPrompts, method: str, method_params: dict) -> dict:
-    """What must be equal for a cell file to be reused."""
-    return {"model": config["model"], "data": prompts.source, "max_length": config["max_length"],
-            "max_new_tokens": prompts.max_new_tokens, "sampling": {k: v for k, v in prompts.sampling.items() if k != "seed"},
-            "chat_template": prompts.chat_template, "examples": len(prompts.samples),
-            "interval": config["interval"], "method_params": method_params, "device": config["device_type"]}
+    """What must be equal for a cell file to be reused. The task's prompt version is named once its template
+    has changed (`<task>@2` on), so cells written under version 1 keep the fingerprint they were made with and
+    a changed template never reuses them."""
+    out = {"model": config["model"], "data": prompts.source, "max_length": config["max_length"],
+           "max_new_tokens": prompts.max_new_tokens, "sampling": {k: v for k, v in prompts.sampling.items() if k != "seed"},
+           "chat_template": prompts.chat_template, "examples": len(prompts.samples),
+           "interval": config["interval"], "method_params": method_params, "device": config["device_type"]}
+    version = get_task(prompts.task).template_version
+    if not version.endswith("@1"):
+        out["prompt_version"] = version
+    return out
 
 
 def _model_record(cfg: DownstreamConfig, quantization) -> dict:

@@ -1,7 +1,10 @@
 """InfiniteBench (∞Bench; Zhang et al., 2024, OpenBMB/InfiniteBench): the English tasks of its 12, prompted
 with the benchmark's own English templates (src/prompt.py, the `gpt4_templates` written for chat models),
 generation limits from src/eval_utils.py (DATA_NAME_TO_MAX_NEW_TOKENS), no stop string (the scripts stop
-at the limit or the end of the answer).
+at the limit or the end of the answer). passkey and number_string start the answer with the words every
+other template of the benchmark ends them with ("The pass key is", "The sequence of digits is": the
+yarn-mistral, kimi, claude2 and rwkv templates): their limits of 6 and 12 new tokens leave room for the
+digits alone, and a chat model that begins "The pass key is ..." by itself would be cut off before them.
 
     Retrieve.PassKey  infinitebench/passkey            Retrieve.Number  infinitebench/number_string
     Retrieve.KV       infinitebench/kv_retrieval       En.QA            infinitebench/longbook_qa_eng
@@ -108,6 +111,9 @@ def code_debug(r: dict) -> tuple:
             "error in A, B, C, or D.", tuple(r["answers"]))
 
 
+# the answer's first words (GenerationSettings.answer_prefix); the template's version counts it
+ANSWER_PREFIX = {"passkey": "The pass key is", "number_string": "The sequence of digits is"}
+
 # task: (title, template, max_new_tokens)
 SPECS = {
     "passkey": ("Retrieve.PassKey", passkey, 6),
@@ -129,9 +135,11 @@ def _task(short: str, title: str, template, max_new_tokens: int) -> TaskDefiniti
     return TaskDefinition(
         name=name, benchmark="infinitebench", title=f"InfiniteBench {title}",
         source=Source(HUB, None, "infinitebench", file_fields=FIELDS, hub_splits={"test": (short,)}),
-        output_type="generate_until", template=template, template_version=f"{name}@1", metrics=("infinitebench",),
+        output_type="generate_until", template=template,
+        template_version=f"{name}@{2 if short in ANSWER_PREFIX else 1}", metrics=("infinitebench",),
         splits=Splits(eval="test", train=None, fewshot=None), answer_field="answers",
-        generation=GenerationSettings(stop=(), max_new_tokens=max_new_tokens, document="context", chat=True))
+        generation=GenerationSettings(stop=(), max_new_tokens=max_new_tokens, document="context", chat=True,
+                                      answer_prefix=ANSWER_PREFIX.get(short, "")))
 
 
 TASKS = tuple(_task(short, *spec) for short, spec in SPECS.items())
