@@ -13,6 +13,7 @@ import sys
 from typing import Optional
 
 from lightning_bench.errors import fail, find_config_error
+from lightning_bench.results.meta import git_revision
 
 
 def list_aliases(argv: list[str]) -> int:
@@ -50,6 +51,7 @@ def _command(name: str):
 def main(argv: Optional[list[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    git_revision()  # the revision of the code this run loads, read now: a long run's results name it, not a later one
     try:
         if argv and argv[0] in EXTRA_COMMANDS:
             return _command(argv[0])(argv[1:])

@@ -191,3 +191,17 @@ def test_callbacks_contribute_their_own_record_fields(tiny_corpus, tmp_path):
     record = json.loads(recorder.written["test"].read_text())
     assert record["tag"] == {"model": "transformer"} and list(record)[-1] == "tag"  # after the recorder's own
     assert all(key in record for key in PERF_FIELDS) and record["peak_memory_mb"] > 0  # no profiling: memory only
+
+
+def test_the_git_revision_is_read_once_per_process(monkeypatch):
+    """A run that lasts hours names the code it loaded: later commits do not change its records."""
+    from lightning_bench.results import meta
+
+    first = meta.git_revision()
+
+    def no_second_read(*args, **kwargs):
+        raise AssertionError("git was asked again")
+
+    monkeypatch.setattr(meta.subprocess, "run", no_second_read)
+    again = meta.git_revision()
+    assert again == first and again is not first  # a copy: a caller's change cannot alter later records

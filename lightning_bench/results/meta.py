@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import platform
 import subprocess
 import sys
@@ -25,14 +26,21 @@ def package_versions() -> dict:
 
 
 def git_revision() -> dict:
-    """The library's own revision (and whether the tree had uncommitted changes)."""
+    """The library's own revision (and whether the tree had uncommitted changes), read once per process:
+    a run that lasts hours keeps the code it loaded, whatever is committed while it runs. `measurements/`
+    (the tracked cell files of long grids, rewritten while they run) does not make the tree dirty."""
+    return dict(_read_git_revision())
+
+
+@functools.cache
+def _read_git_revision() -> dict:
     root = Path(lightning_bench.__file__).resolve().parent.parent
     try:
         rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
         if rev.returncode != 0:
             return {"commit": None, "dirty": None}
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)measurements"], cwd=root, capture_output=True, text=True, timeout=10)
         return {"commit": rev.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
