@@ -100,7 +100,8 @@ def test_chat_template_applies_to_instruction_tasks_only(smollm2_dir):
     assert off.render("xsum", "Summarize this.") == "Summarize this."
     # a task's answer prefix follows the prompt, with or without the chat template
     assert dm.render("infinitebench/passkey", "What is the pass key?").endswith("assistant\nThe pass key is")
-    assert off.render("infinitebench/passkey", "What is the pass key?") == "What is the pass key?The pass key is"
+    assert off.render("infinitebench/passkey", "What is the pass key?") == "What is the pass key?\n\nThe pass key is"
+    assert off.render("xsum", "Summarize this.") == "Summarize this."  # no prefix, nothing added
     record = dm.protocol_record()
     assert record["chat_template"] == {"xsum": True, "squad": False}
     assert record["sampling"]["xsum"] == {"samples": 1, "temperature": 0.0, "top_p": 1.0, "seed": 1234}

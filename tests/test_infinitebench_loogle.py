@@ -358,7 +358,7 @@ def test_generator_writes_one_set_per_length_with_its_manifest(generated, gpt2_t
         name = f"infinitebench/{task}"
         rows = load_rows(name, str(length), data_dir=generated)
         settings = TASKS[name].generation
-        counted = [len(gpt2_tokenizer.encode(build_request(name, r).context + settings.answer_prefix))
+        counted = [len(gpt2_tokenizer.encode(settings.start_answer(build_request(name, r).context, chat=False)))
                    + settings.max_new_tokens for r in rows]
         slack = 0.01 if task == "passkey" else 0.02
         assert all((1 - slack) * length <= n <= length for n in counted), (task, counted)

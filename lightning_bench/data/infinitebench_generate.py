@@ -129,7 +129,7 @@ def prompt_count(task: str, tokenizer) -> Measure:
         if chat:
             text = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
                                            add_generation_prompt=True)
-        text += definition.generation.answer_prefix
+        text = definition.generation.start_answer(text, chat)
         return len(tokenizer.encode(text)) + definition.generation.max_new_tokens
 
     return count

@@ -178,11 +178,11 @@ class PromptedDataModule(TaskDataModule):
         """The prompt as the model reads it: `context`, or the chat template's rendering of it as one user
         turn followed by the assistant's turn (the tokenizer's own template, system prompt included); then
         the task's answer prefix, which the completion continues."""
-        prefix = (get_task(task).generation or GenerationSettings()).answer_prefix
+        settings = get_task(task).generation or GenerationSettings()
         if not self.uses_chat_template(task):
-            return context + prefix
-        return self.tokenizer.tok.apply_chat_template([{"role": "user", "content": context}], tokenize=False,
-                                                      add_generation_prompt=True) + prefix
+            return settings.start_answer(context, chat=False)
+        return settings.start_answer(self.tokenizer.tok.apply_chat_template(
+            [{"role": "user", "content": context}], tokenize=False, add_generation_prompt=True), chat=True)
 
     def _fewshot_pool(self, task: str) -> list[dict]:
         split = get_task(task).splits.fewshot

@@ -96,6 +96,14 @@ class GenerationSettings:
     # their passkey prompt with "The pass key is" and size the 6-token limit for the digits alone.
     answer_prefix: str = ""
 
+    def start_answer(self, prompt: str, chat: bool) -> str:
+        """`prompt` (already in the chat template when `chat`) followed by the answer prefix: at the start
+        of the assistant's turn in a chat, after a blank line in a plain prompt (as the benchmark's
+        yarn-mistral template writes "{input}\n\nThe pass key is")."""
+        if not self.answer_prefix:
+            return prompt
+        return prompt + ("" if chat else "\n\n") + self.answer_prefix
+
 
 # a template maps a row to (context, choices, gold) for multiple_choice, (context, answers) for generate_until
 Template = Callable[[dict], tuple]
