@@ -46,3 +46,41 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 
 def read_json(path: str | Path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+def check_output(option: str, path: str | Path, kind: str = "folder") -> Path:
+    """Fail now, in one line naming `option`, if nothing can be written at `path` (kind: "folder" for a
+    directory the command fills, "file" for one file it writes). Checked before any expensive work, so a
+    bad location never costs a training run. The check writes a probe file and removes it (and any folder
+    it had to create): permissions alone cannot tell a read-only mount, /proc or a name too long."""
+    from lightning_bench.errors import ConfigError
+
+    path = Path(path)
+    folder = path if kind == "folder" else path.parent
+    if kind == "file" and path.is_dir():
+        raise ConfigError(f"{option} {path}: is a folder; name a file to write")
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{option} {path}: {folder} is a file, not a folder; choose another {option}")
+    created = []
+    try:
+        for parent in reversed([folder, *folder.parents]):
+            if not parent.exists():
+                parent.mkdir()
+                created.append(parent)
+            elif not parent.is_dir():
+                raise NotADirectoryError(f"{parent} is a file")
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".lightning_bench-probe-")
+        os.close(fd)
+        os.unlink(probe)
+        if kind == "file" and len(path.name.encode()) > os.pathconf(folder, "PC_NAME_MAX"):
+            raise OSError(36, "File name too long")
+    except OSError as err:
+        reason = err.strerror or str(err)
+        raise ConfigError(f"{option} {path}: cannot write there ({reason}); choose another {option}") from None
+    finally:
+        for made in reversed(created):
+            try:
+                made.rmdir()
+            except OSError:
+                pass
+    return path
