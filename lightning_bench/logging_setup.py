@@ -62,10 +62,16 @@ def wandb_logger(project: str, save_dir: str, name: str | None = None):
             print(f"{PROG}: W&B server {url} unreachable: logging offline under {save_dir}/wandb "
                   "(upload later with `wandb sync`)", file=sys.stderr)
     os.makedirs(save_dir, exist_ok=True)
-    return WandbLogger(project=project, save_dir=save_dir, offline=offline, name=name)
+    logger = WandbLogger(project=project, save_dir=save_dir, offline=offline, name=name)
+    # Lightning always hands wandb.init `anonymous=None` (its own default, unasked); recent wandb (0.31) warns
+    # "The anonymous setting has no effect and will be removed", a line the user cannot act on. Leaving the
+    # argument out is what wandb asks for and means the same to every wandb version (None is its default).
+    getattr(logger, "_wandb_init", {}).pop("anonymous", None)
+    return logger
 
 
-def csv_logger(save_dir: str, name: str = "lightning_bench"):
+def csv_logger(save_dir: str, name: str = "lightning_bench", version: str | None = None):
+    """`{save_dir}/{name}/{version}/metrics.csv`; the run id as version names the same run as its record."""
     from lightning.pytorch.loggers import CSVLogger
 
-    return CSVLogger(save_dir=save_dir, name=name)
+    return CSVLogger(save_dir=save_dir, name=name, version=version)

@@ -30,7 +30,13 @@ from lightning_bench.checkpoints import SPECIAL_CKPT_PATHS, load_checkpoint, mod
 from lightning_bench.console import console_callbacks, quiet_lightning
 from lightning_bench.errors import PROG, ConfigError, fail, parser_error_line, unknown_name
 from lightning_bench.models import MODEL_ALIASES, TransformerLM
+from lightning_bench.results.io import check_output
+from lightning_bench.results.naming import latest_run_folder, new_run_id
 from lightning_bench.results.recorder import run_name
+
+# `test/validate/predict --model hf` score in the model's own window, capped here: lm-evaluation-harness's
+# default max_length, and what a CPU holds for a 1-2B model's attention without running out of memory
+EVAL_WINDOW_CAP = 2048
 
 
 class OneLineErrorParser(LightningArgumentParser):
@@ -124,13 +130,35 @@ class LightningBenchCLI(LightningCLI):
             raise ConfigError(f"{'; '.join(conflicts)}: contradicts the model saved in {where}; {fix}, "
                               "or start a new run without --ckpt_path")
 
-    def _check_last_checkpoint(self, dirpath: Optional[Path]) -> None:
-        """`--ckpt_path last`: resume the newest `last*.ckpt` of this run's folder. None there: fit starts
-        from scratch and says so; validate/test/predict refuse (they would score untrained weights)."""
-        found = sorted(Path(dirpath).glob("last*.ckpt"), key=os.path.getmtime) if dirpath else []
-        if found:
-            self._refuse_conflicts(load_checkpoint(found[-1]), found[-1], strict=True)
+    def before_instantiate_classes(self) -> None:
+        """Every place this run writes is checked now, before a model loads or a step trains: a bad
+        location fails in one line instead of losing the record after the work."""
+        self.run_id = new_run_id()
+        cfg = self.config.get(self.subcommand) if self.subcommand else None
+        if cfg is None:
             return
+        check_output("--results_dir", cfg.results_dir)
+        check_output("--trainer.default_root_dir", cfg.trainer.default_root_dir or ".")
+        if cfg.wandb:
+            check_output("--wandb_dir", cfg.wandb_dir)
+
+    def _check_last_checkpoint(self, dirpath: Optional[Path], runs: Optional[Path] = None) -> None:
+        """`--ckpt_path last`: resume the `last*.ckpt` of the newest run of this configuration (`runs`: the
+        folder of its runs' checkpoint folders; else `dirpath`, a checkpoint folder the user configured), and
+        say which. None there: fit starts from scratch and says so; validate/test/predict refuse (they
+        would score untrained weights)."""
+        folder = latest_run_folder(runs) if runs is not None else dirpath
+        found = sorted(Path(folder).glob("last*.ckpt"), key=os.path.getmtime) if folder else []
+        if found:
+            checkpoint = load_checkpoint(found[-1])
+            self._refuse_conflicts(checkpoint, found[-1], strict=True)
+            if runs is not None:  # our own run folders: resume that file (Lightning would look in this run's)
+                self.config_init[self.subcommand].ckpt_path = str(found[-1])
+            verb = "resuming" if self.subcommand == "fit" else "using"
+            print(f"{PROG}: --ckpt_path last: {verb} run {Path(folder).name} ({found[-1]}, step "
+                  f"{checkpoint.get('global_step')})", file=sys.stderr)
+            return
+        dirpath = runs if runs is not None else dirpath
         where = f"in {dirpath}" if dirpath else "(no checkpoint folder: checkpointing is off)"
         if self.subcommand != "fit":
             raise ConfigError(f"--ckpt_path last: no checkpoint {where}; nothing to {self.subcommand}")
@@ -156,19 +184,23 @@ class LightningBenchCLI(LightningCLI):
                               "set precision with --bits only")
         kwargs["precision"] = precision
         print(f"{PROG}: --bits {cfg.bits}: {note}", file=sys.stderr)
+        self._default_window(cfg)
         name = run_name(self.model, self.datamodule, cfg.bits)
         if cfg.wandb:
             kwargs["logger"] = wandb_logger(cfg.wandb_project, cfg.wandb_dir, name)
         elif cfg.trainer.logger in (None, True):
-            kwargs["logger"] = csv_logger(cfg.trainer.default_root_dir or "logs", name)
+            kwargs["logger"] = csv_logger(cfg.trainer.default_root_dir or "logs", name, version=self.run_id)
         callbacks = list(self._get(self.config_init, "trainer", default={}).get("callbacks") or [])
         dirpath = next((c.dirpath for c in callbacks if isinstance(c, ModelCheckpoint)), None)
+        runs = None
         if cfg.trainer.enable_checkpointing is not False and not any(isinstance(c, ModelCheckpoint) for c in callbacks):
-            # one stable folder per experiment (and seed), so `--ckpt_path last` finds the run to resume
-            dirpath = Path(cfg.trainer.default_root_dir or ".") / "checkpoints" / f"{name}_seed{cfg.seed_everything}"
+            # one folder per configuration (and seed) holding one folder per run: no run writes over another's
+            # checkpoints, and `--ckpt_path last` finds the newest run of the configuration to resume
+            runs = Path(cfg.trainer.default_root_dir or ".") / "checkpoints" / f"{name}_seed{cfg.seed_everything}"
+            dirpath = runs / self.run_id
             kwargs["callbacks"] = [*callbacks, ModelCheckpoint(dirpath=dirpath, save_last=True)]
         if cfg.get("ckpt_path") == "last":
-            self._check_last_checkpoint(dirpath)
+            self._check_last_checkpoint(dirpath, runs)
         kwargs["callbacks"] = [*kwargs.get("callbacks", callbacks), *console_callbacks(cfg.trainer, callbacks, name)]
         config = yaml.safe_load(self._parser(self.subcommand).dump(cfg, skip_none=False))
         try:
@@ -207,14 +239,56 @@ class LightningBenchCLI(LightningCLI):
                                   f"not `{self.subcommand}`")
             evaluator = TaskEvaluator()  # scores the test loop; the recorder writes what it scored
             trainer.callbacks += [evaluator, DownstreamRecorder(evaluator, cfg.results_dir, cfg.bits, config, seed,
-                                                                note)]
+                                                                note, self.run_id)]
             return trainer
-        trainer.callbacks.append(ResultsRecorder(cfg.results_dir, cfg.bits, config, seed, note))
+        trainer.callbacks.append(ResultsRecorder(cfg.results_dir, cfg.bits, config, seed, note, self.run_id))
         if self.subcommand == "predict":
             from lightning_bench.results.predictions import TokenNLLWriter
 
-            trainer.callbacks.append(TokenNLLWriter(Path(cfg.results_dir) / f"{name}_predict.pt"))
+            folder = Path(cfg.results_dir)
+            trainer.callbacks.append(TokenNLLWriter(folder / f"{name}_predict_{self.run_id}.pt",
+                                                    latest=folder / f"{name}_predict.pt"))
         return trainer
+
+    def _default_window(self, cfg) -> None:
+        """validate/test/predict of a pretrained model score in the model's own context (capped at
+        EVAL_WINDOW_CAP) unless a window is given: a 128-token window scores an 8k-context model with
+        almost no context (SmolLM2 on WikiText-2: ppl 39.2 at 128 tokens, 17.08 at 2048)."""
+        from lightning_bench.models import HFLanguageModel
+
+        dm = self.datamodule
+        if (self.subcommand == "fit" or not isinstance(self.model, HFLanguageModel) or not isinstance(dm, LMDataModule)
+                or option_given(sys.argv[1:], "data", "seq_len")):
+            return
+        context = self.model.max_seq_len
+        if not context:
+            return
+        window = min(context, EVAL_WINDOW_CAP)
+        dm.seq_len = dm.hparams.seq_len = window
+        cfg.data.init_args.seq_len = window  # the record's config says what ran
+        if dm.hparams.eval_stride is None:
+            dm.eval_stride = window
+        capped = f", capped at {EVAL_WINDOW_CAP}" if window < context else ""
+        print(f"{PROG}: evaluation window {window} tokens (the model's context {context}{capped}; "
+              "--data.seq_len sets another)", file=sys.stderr)
+
+    def _headline(self) -> None:
+        """The run's figures, last on the screen."""
+        from lightning_bench.results.downstream import DownstreamRecorder
+        from lightning_bench.results.recorder import ResultsRecorder, headline
+
+        for callback in self.trainer.callbacks:
+            if isinstance(callback, ResultsRecorder):
+                for path in callback.written.values():
+                    print(headline(path))
+            elif isinstance(callback, DownstreamRecorder) and callback.table:
+                print(callback.table)
+
+    def after_validate(self) -> None:
+        self._headline()
+
+    def after_test(self) -> None:
+        self._headline()
 
     @property
     def _downstream(self) -> bool:
@@ -233,10 +307,12 @@ class LightningBenchCLI(LightningCLI):
         if self._downstream:  # the fine-tuning protocol ends by scoring the trained head on the test split
             if not self.trainer.interrupted:
                 self.trainer.test(self.model, datamodule=self.datamodule)
+            self._headline()
             return
         for callback in self.trainer.callbacks:
             if isinstance(callback, ResultsRecorder):
                 callback.finish_fit(self.trainer, self.model)
+        self._headline()
 
 
 def expand_aliases(argv: list[str]) -> list[str]:
@@ -318,15 +394,40 @@ def _take_tasks(argv: list[str]) -> tuple[list[str], list[str], Optional[str]]:
     return rest, tasks, PROTOCOL_CLASSES[protocol]
 
 
+def option_given(argv: list[str], group: str, name: str) -> bool:
+    """Whether `--{group}.{name}` was set on the command line or in a --config / --{group} file (a default
+    the library may then choose, e.g. the evaluation window, must not override the user's value)."""
+    keys = (f"--{group}.{name}", f"--{group}.init_args.{name}")
+    if any(a.split("=", 1)[0] in keys for a in argv):
+        return True
+    for i, arg in enumerate(argv):
+        flag, _, inline = arg.partition("=")
+        path = inline or (argv[i + 1] if i + 1 < len(argv) else "")
+        if flag not in ("--config", f"--{group}") or not path.endswith((".yaml", ".yml")) or not os.path.isfile(path):
+            continue
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        section = loaded.get(group, {}) if flag == "--config" else loaded
+        if isinstance(section, dict) and name in {**section, **(section.get("init_args") or {})}:
+            return True
+    return False
+
+
 def check_yaml_files(argv: list[str]) -> None:
     """jsonargparse parses a config file from its text, so a YAML error names `<unicode string>`: name
-    the file and the line here, before it does."""
-    for arg in argv:
+    the file and the line here, before it does. A --config file must hold a mapping of options."""
+    for i, arg in enumerate(argv):
         path = arg.split("=", 1)[-1]
+        is_config = arg.startswith("--config=") or (i > 0 and argv[i - 1] == "--config")
+        if is_config and not os.path.isfile(path) and (path.endswith((".yaml", ".yml", ".json")) or os.sep in path):
+            raise ConfigError(f"--config {path}: no such file")
         if not path.endswith((".yaml", ".yml")) or not os.path.isfile(path):
             continue
         try:
-            yaml.safe_load(Path(path).read_text())
+            loaded = yaml.safe_load(Path(path).read_text())
+            if is_config and not isinstance(loaded, dict):
+                what = "is empty" if loaded is None else f"holds a YAML {type(loaded).__name__}"
+                raise ConfigError(f"--config {path}: {what}; a config file is a mapping of options, e.g. "
+                                  "`trainer: {max_steps: 100}` (see --print_config)")
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"

@@ -223,7 +223,7 @@ def test_cli_finetune_writes_a_record(family, tmp_path, capsys):
     if family != "transformer":
         return
     # the saved checkpoint is scored with its head (not prompted), on the same held-out rows
-    (ckpt,) = Path("checkpoints").glob("*/last.ckpt")
+    (ckpt,) = Path("checkpoints").glob("*/*/last.ckpt")  # {configuration}/{run_id}/
     test = ["test", "--model", family, "--task", "glue/sst2", "--data.data_dir", str(TASK_DATA),
             "--data.val_fraction", "0", "--ckpt_path", str(ckpt), "--trainer.enable_progress_bar", "false",
             "--trainer.logger", "false", "--results_dir", "again"]

@@ -59,5 +59,6 @@ def test_kill_mid_epoch_then_resume_equals_uninterrupted(tiny_corpus, capsys, tm
                 "final_perplexity"):
         assert resumed[key] == straight[key], key
     assert resumed["trained_tokens"] == 12 * 8 * 16 - 3 * 16  # 12 batches of 8 x 16 tokens; epoch 0's last has 5
-    assert resumed["meta"]["resumed_from"] == {"checkpoint": str(tmp_path / "ckpt_b" / "last.ckpt"), "step": 5}
+    assert resumed["meta"]["resumed_from"] == {"checkpoint": str(tmp_path / "ckpt_b" / "last.ckpt"), "step": 5,
+                                               "run_id": None}  # a folder the user chose, not a run folder
     assert resumed["status"] == straight["status"] == "completed"

@@ -2,10 +2,12 @@
 
 One file per model (and bits / sparsity setting / protocol), in the reference shape
 ({"glue": {"cola": ..., "average": ...}, "squad": {...}, "mmlu": {"accuracy", "subject_scores", ...}})
-with the full metrics, sample counts, protocol and the run that produced each benchmark. A later run
-of other tasks adds to the file (a re-run task replaces its old entry; averages are recomputed).
+with the full metrics, sample counts, protocol and the run that produced each benchmark. That file is
+the merged view: a later run of other tasks adds to it, a re-run task replaces its entry there (averages
+are recomputed). Each run also writes its own `{model}_downstream_{run_id}.json` (and
+`..._{run_id}.samples.jsonl`), which no later run touches, so a replaced entry is never lost.
 Per-sample predictions go to `{model}_downstream.samples.jsonl` beside it, merged the same way.
-Both files are replaced atomically. The scores come from the TaskEvaluator (evaluation/evaluator.py);
+Every file is replaced atomically. The scores come from the TaskEvaluator (evaluation/evaluator.py);
 this callback only writes them with their provenance.
 """
 
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from pathlib import Path
 from typing import Optional
 
@@ -23,6 +24,7 @@ from lightning_bench.errors import DivergedError
 from lightning_bench.evaluation.task_scoring import merge_results
 from lightning_bench.results.io import read_json, write_json_atomic, write_text_atomic
 from lightning_bench.results.meta import run_meta
+from lightning_bench.results.naming import new_run_id, point_latest, run_path
 from lightning_bench.results.recorder import model_size, sparsity_summary
 
 NON_BENCHMARK_KEYS = ("model", "runs", "note")
@@ -42,11 +44,14 @@ class DownstreamRecorder(L.Callback):
     """Writes what `evaluator` (the TaskEvaluator collecting the same test loop) scored."""
 
     def __init__(self, evaluator, results_dir: str = "benchmark_results", bits: int = 32,
-                 config: Optional[dict] = None, seed: Optional[int] = None, precision_note: Optional[str] = None):
+                 config: Optional[dict] = None, seed: Optional[int] = None, precision_note: Optional[str] = None,
+                 run_id: Optional[str] = None):
         self.evaluator = evaluator
+        self.run_id = run_id or new_run_id()
         self.results_dir, self.bits, self.config = Path(results_dir), bits, config or {}
         self.seed, self.precision_note = seed, precision_note
         self.written: Optional[Path] = None
+        self.table: str = ""  # the scores of the last test, as the end of the run's screen shows them
         self.fit_summary: dict = {}
 
     # ---- fine-tuning: remember how the head was trained ---------------------------------------
@@ -93,7 +98,8 @@ class DownstreamRecorder(L.Callback):
                   "meta": run_meta(seed=self.seed, datamodule=dm, precision_note=self.precision_note),
                   "config": self.config}
         # its own file: the benchmark record merges finished runs' scores, and a diverged run has none
-        self.written = write_json_atomic(self.results_dir / f"{stem}_downstream_diverged.json", record)
+        self.written = write_json_atomic(run_path(self.results_dir, f"{stem}_downstream_diverged", self.run_id), record)
+        point_latest(self.written, self.results_dir / f"{stem}_downstream_diverged.json")
         print(f"lightning_bench: wrote {self.written}")
 
     # ---- test ------------------------------------------------------------------------------------
@@ -117,7 +123,7 @@ class DownstreamRecorder(L.Callback):
                "config": self.config}
         if sparsity:
             run["sparsity"] = sparsity
-        run_id = f"{run['meta']['created_utc']}-{uuid.uuid4().hex[:8]}"
+        run_id = self.run_id
         for benchmark, entry in results.items():
             holder = entry["tasks"].values() if "tasks" in entry else [entry]
             for item in holder:  # each task (GLUE/SuperGLUE) or benchmark names the run that produced it
@@ -128,6 +134,7 @@ class DownstreamRecorder(L.Callback):
             logger.log_metrics(flat_scores(results), step=trainer.global_step)
         stem = record_stem(pl_module, self.bits, sparsity, dm.protocol)
         self.written = self._write(stem, results, samples, pl_module.model_name, run_id, run)
+        self.table = score_table(results) + f"\nrecord {self.written} (this run alone: {run_path(self.results_dir, f'{stem}_downstream', run_id)})"
         print(f"lightning_bench: wrote {self.written}")
 
     def _finetune_protocol(self, dm, pl_module) -> dict:
@@ -165,6 +172,9 @@ class DownstreamRecorder(L.Callback):
                           "and slot accuracy, smoothed BLEU-4, edit similarity, pass@k). Each result's `run` names the entry of `runs` "
                           "(protocol, data provenance, versions, config) that produced it; `mixed_protocols` "
                           "marks a benchmark whose results came from runs with different settings."}
+        own = run_path(self.results_dir, f"{stem}_downstream", run_id)
+        write_text_atomic(own.with_suffix(".samples.jsonl"), "".join(json.dumps(s) + "\n" for s in samples))
+        write_json_atomic(own, {"model": model_name, **results, "runs": {run_id: run}, "note": record["note"]})
         samples_path = self.results_dir / f"{stem}_downstream.samples.jsonl"
         tasks = {s["task"] for s in samples}
         kept = []
@@ -197,3 +207,28 @@ def flat_scores(results: dict) -> dict[str, float]:
         flat.update({f"downstream/{benchmark}/{k}": v for k, v in entry.items()
                      if isinstance(v, (int, float)) and not isinstance(v, bool)})
     return flat
+
+
+def _figures(metrics: dict, limit: int = 4) -> str:
+    numbers = [(k, v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return ", ".join(f"{k} {v:.4g}" for k, v in numbers[:limit])
+
+
+def score_table(results: dict) -> str:
+    """One line per scored task (its score, n and main metrics), then each benchmark's average."""
+    lines = []
+    for benchmark, entry in results.items():
+        if "tasks" in entry:
+            for task, detail in entry["tasks"].items():
+                score = detail.get("score")
+                lines.append(f"{benchmark}/{task:<24s} " + (f"score {score:.4f}  " if score is not None else "")
+                             + f"n={detail.get('num_samples')}  ({_figures(detail.get('metrics', {}))})")
+            if entry.get("average") is not None:
+                lines.append(f"{benchmark:<31s} average {entry['average']:.4f} over {', '.join(entry.get('average_over', []))}")
+        elif "subject_counts" in entry:
+            total = sum(c["total"] for c in entry["subject_counts"].values())
+            lines.append(f"{benchmark:<31s} accuracy {entry.get('accuracy', float('nan')):.4f}  n={total} questions, "
+                         f"{len(entry['subject_counts'])} subjects")
+        else:
+            lines.append(f"{benchmark:<31s} n={entry.get('dataset_size')}  ({_figures(entry, 6)})")
+    return "\n".join(lines)

@@ -5,18 +5,22 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
+from lightning_bench.results.naming import point_latest
+
 
 class TokenNLLWriter(BasePredictionWriter):
     """Saves {"windows": [per-window (batch, seq) NLL tensors, NaN where a position is context only],
-    "protocol": ...} to `{results_dir}/{run_name}_predict.pt` (atomically)."""
+    "protocol": ...} to `{results_dir}/{run_name}_predict_{run_id}.pt` (atomically); `latest`, when given, is
+    then pointed at it (results/naming.py)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, latest: Optional[str | Path] = None):
         super().__init__(write_interval="epoch")
-        self.path = Path(path)
+        self.path, self.latest = Path(path), latest
 
     def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices):
         dm = trainer.datamodule
@@ -27,4 +31,6 @@ class TokenNLLWriter(BasePredictionWriter):
         os.close(fd)
         torch.save(payload, tmp)
         os.replace(tmp, self.path)
+        if self.latest is not None:
+            point_latest(self.path, Path(self.latest))
         print(f"lightning_bench: wrote {self.path}")

@@ -1,7 +1,8 @@
 """ResultsRecorder: the callback that writes one JSON record per fit / validate / test run.
 
-fit      -> {results_dir}/{model}_{dataset}_seq{seq_len}_bits{bits}.json
-validate -> ..._validate.json,  test -> ..._test.json
+fit      -> {results_dir}/{model}_{dataset}_seq{seq_len}_bits{bits}_{run_id}.json
+validate -> ..._validate_{run_id}.json,  test -> ..._test_{run_id}.json
+The name without the run id is a link to the latest run's record (results/naming.py).
 
 Field meanings (docs/results.md has the full list):
   final_loss / final_perplexity: validation cross-entropy (nats/token) and perplexity after the last
@@ -31,14 +32,34 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint
 
 from lightning_bench.errors import DivergedError
-from lightning_bench.results.io import write_json_atomic
+from lightning_bench.results.io import read_json, write_json_atomic
 from lightning_bench.results.meta import run_meta
+from lightning_bench.results.naming import RUN_ID, new_run_id, point_latest, run_path
 
 
 def run_name(model, datamodule, bits: int) -> str:
     """`{model}_{dataset}_seq{seq_len}_bits{bits}`: the record's file stem, and the log/checkpoint folder name."""
     dataset = getattr(datamodule, "dataset_name", "unknown")
     return f"{getattr(model, 'model_name', type(model).__name__)}_{dataset}_seq{getattr(datamodule, 'seq_len', None)}_bits{bits}"
+
+
+def headline(path: str | Path) -> str:
+    """One line of a written record's figures, for the end of the run's screen."""
+    record = read_json(path)
+    stage, status = record.get("stage"), record.get("status")
+    if status != "completed":
+        return f"{stage}: {status} ({(record.get('divergence') or {}).get('quantity')}); record {path}"
+    if stage == "fit":
+        ppl, best = record.get("final_perplexity"), record.get("best_perplexity")
+        figure = (f"final validation perplexity {ppl:.2f} (best {best:.2f})" if ppl is not None
+                  else "no validation (no validation split or --trainer.limit_val_batches 0)")
+        return f"fit: {figure} after {record.get('global_steps')} steps; record {path}"
+    metrics = record.get("metrics") or {}
+    protocol = (record.get("meta") or {}).get("evaluation_protocol") or {}
+    window = f"window {protocol.get('window')} tokens, " + (f"stride {protocol['stride']}" if "stride" in protocol
+                                                             else f"rolling context {protocol.get('context')}")
+    return (f"{stage}: perplexity {metrics.get('ppl', float('nan')):.3f} over {metrics.get('scored_tokens')} tokens "
+            f"({protocol.get('name')}, {window}, split {protocol.get('split')}); record {path}")
 
 
 # cost fields every record carries (null where not measured); see lightning_bench/profiling
@@ -88,9 +109,10 @@ def cost_fields(trainer, contributed: dict) -> dict:
 
 class ResultsRecorder(L.Callback):
     def __init__(self, results_dir: str = "benchmark_results", bits: int = 32, config: Optional[dict] = None,
-                 seed: Optional[int] = None, precision_note: Optional[str] = None):
+                 seed: Optional[int] = None, precision_note: Optional[str] = None, run_id: Optional[str] = None):
         self.results_dir, self.bits, self.config = Path(results_dir), bits, config or {}
         self.seed, self.precision_note = seed, precision_note
+        self.run_id = run_id or new_run_id()
         self.written: dict[str, Path] = {}
         self._reset()
 
@@ -120,7 +142,9 @@ class ResultsRecorder(L.Callback):
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint):
         if trainer.state.fn == "fit":
-            self.resumed_from = {"checkpoint": str(trainer.ckpt_path), "step": checkpoint.get("global_step")}
+            folder = Path(str(trainer.ckpt_path)).parent.name  # checkpoints/{name}_seed{seed}/{run_id}/
+            self.resumed_from = {"checkpoint": str(trainer.ckpt_path), "step": checkpoint.get("global_step"),
+                                 "run_id": folder if RUN_ID.fullmatch(folder) else None}
 
     def _elapsed(self) -> float:
         return self._time_before + (time.perf_counter() - self._t0 if self._t0 else 0.0)
@@ -166,7 +190,10 @@ class ResultsRecorder(L.Callback):
             return self._write_eval(trainer, pl_module, "validate", "val")
         metrics = pl_module.last_eval.get("val")
         if metrics:
-            self.val_curve.append({"epoch": trainer.current_epoch, "step": trainer.global_step, **metrics})
+            # the final validation of a fit stopped mid-epoch runs after Lightning has advanced the epoch
+            # counter: it belongs to the epoch of the last training step
+            epoch = self._loss_epoch if self.pending_fit is not None else trainer.current_epoch
+            self.val_curve.append({"epoch": epoch, "step": trainer.global_step, **metrics})
         if self.pending_fit is not None:  # the final validation that `finish_fit` asked for
             self._write_fit(*self.pending_fit)
 
@@ -260,7 +287,7 @@ class ResultsRecorder(L.Callback):
         if split and hasattr(dm, "unigram_perplexity"):
             baselines[f"unigram_{split}_ppl"] = dm.unigram_perplexity(split)
         record = {
-            "model_name": pl_module.model_name, "dataset": dataset, "seq_len": seq_len, "bits": self.bits,
+            "run_id": self.run_id, "model_name": pl_module.model_name, "dataset": dataset, "seq_len": seq_len, "bits": self.bits,
             "stage": stage, **body,
             **cost_fields(trainer, contributed),
             **model_size(trainer, pl_module, contributed),
@@ -278,7 +305,8 @@ class ResultsRecorder(L.Callback):
         if sparsity:  # one file per method and level, next to the dense record
             level = sparsity["ratio"] if sparsity.get("ratio") is not None else f"b{sparsity.get('budget_tokens')}"
             suffix += f"_{sparsity['method']}_s{level}"
-        name = f"{run_name(pl_module, dm, self.bits)}{suffix}.json"
+        stem = f"{run_name(pl_module, dm, self.bits)}{suffix}"
         if trainer.is_global_zero:
-            self.written[stage] = write_json_atomic(self.results_dir / name, record)
-            print(f"lightning_bench: wrote {self.written[stage]}")
+            self.written[stage] = write_json_atomic(run_path(self.results_dir, stem, self.run_id), record)
+            latest = point_latest(self.written[stage], self.results_dir / f"{stem}.json")
+            print(f"lightning_bench: wrote {self.written[stage]} (latest of its name: {latest})")

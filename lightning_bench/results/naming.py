@@ -1,0 +1,53 @@
+"""Run ids and file names: every run writes its own files, and a configuration's bare name points at its
+latest run, so no run ever replaces another's record or checkpoints.
+
+    benchmark_results/transformer_ptb_seq128_bits32_20261126-102440-a3f9.json   this run's record
+    benchmark_results/transformer_ptb_seq128_bits32.json -> ..._20261126-102440-a3f9.json   the latest
+    checkpoints/transformer_ptb_seq128_bits32_seed1234/20261126-102440-a3f9/last.ckpt
+
+A run id is the UTC start time and 4 random hex digits: ids sort by start time, and two runs started in
+the same second still differ. The pointer is a symbolic link replaced atomically (a reader sees the old
+or the new target, never none); where links cannot be made, it is an atomic copy.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{4}")
+
+
+def new_run_id() -> str:
+    return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def run_path(folder: str | Path, stem: str, run_id: str, suffix: str = ".json") -> Path:
+    """`{folder}/{stem}_{run_id}{suffix}`: the file of one run."""
+    return Path(folder) / f"{stem}_{run_id}{suffix}"
+
+
+def point_latest(target: Path, pointer: Path) -> Path:
+    """Make `pointer` name `target` (relative link, atomically replaced). Returns the pointer."""
+    pointer = Path(pointer)
+    fd, tmp = tempfile.mkstemp(dir=pointer.parent, prefix=f".{pointer.name}.", suffix=".link")
+    os.close(fd)
+    os.unlink(tmp)
+    try:
+        os.symlink(os.path.relpath(target, pointer.parent), tmp)
+    except OSError:  # no symbolic links here (some Windows setups, some network file systems): a copy
+        shutil.copyfile(target, tmp)
+    os.replace(tmp, pointer)
+    return pointer
+
+
+def latest_run_folder(parent: str | Path) -> Path | None:
+    """The newest run folder (`{run_id}/`) under `parent` that holds a `last*.ckpt`, or None."""
+    runs = [p for p in Path(parent).glob("*") if p.is_dir() and RUN_ID.fullmatch(p.name) and any(p.glob("last*.ckpt"))]
+    # ids sort by start second; within one second, the run whose checkpoint is newer
+    return max(runs, key=lambda p: (p.name[:15], max(c.stat().st_mtime for c in p.glob("last*.ckpt"))), default=None)
