@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Optional
 
-from lightning_bench.errors import fail, find_config_error
+from lightning_bench.errors import ConfigError, fail, find_config_error
 from lightning_bench.results.meta import git_revision
 
 
@@ -48,11 +48,24 @@ def _command(name: str):
     return getattr(importlib.import_module(module), function)
 
 
+TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
+
+
+def check_command(argv: list[str]) -> None:
+    """The command word, checked before anything loads: LightningCLI's own message lists only its four."""
+    commands = ", ".join([*TRAINER_COMMANDS, *EXTRA_COMMANDS])
+    if not argv:
+        raise ConfigError(f"give a command: {commands} (`lightning_bench COMMAND --help` for its options)")
+    if not argv[0].startswith("-") and argv[0] not in TRAINER_COMMANDS and argv[0] not in EXTRA_COMMANDS:
+        raise ConfigError(f"unknown command {argv[0]!r}; valid: {commands}")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     git_revision()  # the revision of the code this run loads, read now: a long run's results name it, not a later one
     try:
+        check_command(argv)
         if argv and argv[0] in EXTRA_COMMANDS:
             return _command(argv[0])(argv[1:])
         from lightning_bench.trainer_cli import finish_loggers, run_cli
