@@ -20,6 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from lightning_bench.sparsity.decode import cache_argument  # noqa: E402
 from lightning_bench.sparsity.growing_layer import growing_cache  # noqa: E402
 
 DEFAULT_MODEL = os.environ.get("LB_SMOLLM2_DIR", str(Path.home() / ".cache/lightning_bench/smollm2-135m-instruct"))
@@ -37,7 +38,7 @@ def decode(net, cache, context: int, steps: int) -> tuple[float, list[torch.Tens
     start = time.perf_counter()
     for step in range(steps):
         out = net(input_ids=token, attention_mask=torch.ones(1, context + step + 1, dtype=torch.long),
-                  position_ids=torch.tensor([[context + step]]), past_key_values=cache, use_cache=True)
+                  position_ids=torch.tensor([[context + step]]), **cache_argument(net, cache), use_cache=True)
         logits.append(out.logits[0, -1])
         token = out.logits[0, -1].argmax().view(1, 1)
     return (time.perf_counter() - start) / steps, logits

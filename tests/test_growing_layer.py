@@ -7,6 +7,7 @@ import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from lightning_bench.sparsity import growing_layer
+from lightning_bench.sparsity.decode import cache_argument
 from lightning_bench.sparsity.growing_layer import GrowingLayer, growing_cache
 
 
@@ -22,7 +23,7 @@ def tiny_llama():
 def _decode(net, cache, prompt: torch.Tensor, steps: int, evict_at: int = -1):
     """Greedy: prefill, then `steps` tokens; at step `evict_at` every layer keeps its even slots (an eviction's
     gather: new, smaller tensors assigned to keys/values). Returns (logits per step, final keys per layer)."""
-    out = net(input_ids=prompt, past_key_values=cache, use_cache=True)
+    out = net(input_ids=prompt, **cache_argument(net, cache), use_cache=True)
     logits, length, token = [out.logits[0, -1]], prompt.shape[1], out.logits[0, -1].argmax().view(1, 1)
     position = prompt.shape[1]
     for step in range(steps):
@@ -32,7 +33,7 @@ def _decode(net, cache, prompt: torch.Tensor, steps: int, evict_at: int = -1):
             length = cache.layers[0].keys.shape[-2]
         mask = torch.ones(1, length + 1, dtype=torch.long)
         out = net(input_ids=token, attention_mask=mask, position_ids=torch.tensor([[position]]),
-                  past_key_values=cache, use_cache=True)
+                  **cache_argument(net, cache), use_cache=True)
         logits.append(out.logits[0, -1])
         token, length, position = out.logits[0, -1].argmax().view(1, 1), length + 1, position + 1
     return logits, [layer.keys.clone() for layer in cache.layers]

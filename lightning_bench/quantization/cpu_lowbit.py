@@ -49,6 +49,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lightning_bench.quantization.bnb import import_bitsandbytes
+
 CPU_KERNELS = ("auto", "bitsandbytes")
 CPU_KERNEL_ENV = "LB_CPU_KERNEL"  # QuantizationCallback's default cpu_kernel when set
 INT8_KERNEL = "cpu_int8_exact_sgemm"
@@ -66,8 +68,7 @@ def kernel_counts() -> dict:
 
 
 def _bnb_classes():
-    import bitsandbytes as bnb
-
+    bnb = import_bitsandbytes()
     return bnb.nn.Linear8bitLt, bnb.nn.Linear4bit
 
 
@@ -225,10 +226,16 @@ def _fast_classes() -> dict:
     return _CLASSES
 
 
+_FAST_CLASS_NAMES = ("Linear8bitLt", "Linear4bit")
+
+
 def __getattr__(name: str):  # Linear8bitLt / Linear4bit of this module: attributes, so pickle finds them
-    for cls in _fast_classes().values():
-        if cls.__name__ == name:
-            return cls
+    # only those two names build the classes: Python's import system probes other names (`from
+    # ... import x` asks for `__path__`), and an fp32 run must not import bitsandbytes for that
+    if name in _FAST_CLASS_NAMES:
+        for cls in _fast_classes().values():
+            if cls.__name__ == name:
+                return cls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

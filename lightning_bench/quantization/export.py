@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import logging
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
@@ -32,6 +31,7 @@ import torch
 from torch import nn
 
 from lightning_bench.errors import ConfigError
+from lightning_bench.quantization.bnb import import_bitsandbytes
 from lightning_bench.quantization.cpu_lowbit import CPU_KERNELS, kernel_name, set_cpu_kernel
 from lightning_bench.quantization.fake_quant import (DEFAULT_SKIP_MODULES, NF4_BLOCKSIZE, QuantizableLayers,
                                                      QuantPlan, attach_activation_quant, check_bits,
@@ -39,29 +39,6 @@ from lightning_bench.quantization.fake_quant import (DEFAULT_SKIP_MODULES, NF4_B
                                                      remove_qat)
 
 EXPORT_METHODS = ("auto", "bitsandbytes_config", "export")
-
-
-class _DropNotice(logging.Filter):
-    def __init__(self, prefix: str):
-        super().__init__()
-        self.prefix = prefix
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(self.prefix)
-
-
-# bitsandbytes logs a warning on *every* eval-mode int8 matmul of an fp32 input (cast to fp16), and
-# one at import about the optional fused bf16 CPU kernel that we switch off by default
-logging.getLogger("bitsandbytes.autograd._functions").addFilter(_DropNotice("MatMul8bitLt: inputs will be cast"))
-logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(_DropNotice("Failed to load CPU gemm_4bit_forward"))
-
-
-def _bnb():
-    try:
-        import bitsandbytes
-    except ImportError as err:  # pragma: no cover - a dependency of the project
-        raise ConfigError(f"--bits 8/4 needs bitsandbytes ({err}); pip install bitsandbytes") from err
-    return bitsandbytes
 
 
 @dataclass
@@ -113,7 +90,7 @@ def lowbit_scheme(bits: int, int8_threshold: float = 0.0, cpu_bf16_kernel: bool 
 # ---- one module ------------------------------------------------------------------------------------
 def dequantized_weight(module: nn.Module) -> torch.Tensor:
     """The fp32 weight a Linear8bitLt / Linear4bit computes with (from its stored tensors)."""
-    bnb = _bnb()
+    bnb = import_bitsandbytes()
     if isinstance(module, bnb.nn.Linear8bitLt):
         scb = module.weight.SCB if getattr(module.weight, "SCB", None) is not None else module.state.SCB
         return module.weight.data.float() * (scb.float() * (1.0 / 127.0)).unsqueeze(1)
@@ -147,7 +124,7 @@ def _check_cpu_kernel(cpu_kernel: str) -> None:
 def _finish_lowbit(net: nn.Module, cpu_bf16_kernel: bool, cpu_kernel: str = "auto") -> None:
     """Settings every low-bit module of ours gets, whichever path made it (the fast CPU forward last:
     it keeps the module's tensors, hooks and state_dict)."""
-    bnb = _bnb()
+    bnb = import_bitsandbytes()
     for module in net.modules():
         if isinstance(module, bnb.nn.Linear4bit):
             module.support_avx512bf16_for_cpu = cpu_bf16_kernel and getattr(module, "support_avx512bf16_for_cpu", False)
@@ -158,7 +135,7 @@ def _finish_lowbit(net: nn.Module, cpu_bf16_kernel: bool, cpu_kernel: str = "aut
 
 
 def _to_lowbit(linear: nn.Linear, bits: int, int8_threshold: float) -> nn.Module:
-    bnb = _bnb()
+    bnb = import_bitsandbytes()
     weight = linear.weight.detach()
     device, has_bias = weight.device, linear.bias is not None
     if bits == 8:
@@ -244,7 +221,7 @@ def _bnb_config(bits: int, plan: QuantPlan, int8_threshold: float):
 
 def _disagreement(net: nn.Module, plan: QuantPlan, bits: int, int8_threshold: float) -> Optional[str]:
     """Why a transformers-quantized model is not the model export_lowbit would make (None: it is)."""
-    bnb = _bnb()
+    bnb = import_bitsandbytes()
     lowbit = {name: m for name, m in net.named_modules() if is_lowbit(m)}
     missing = [n for n in plan.quantized if n not in lowbit]
     if missing:
@@ -372,7 +349,7 @@ def _adamw8bit_works(device: str) -> Optional[str]:
     """None if one AdamW8bit step on a 4096-element tensor (the smallest that gets 8-bit state) runs
     on `device` and moves the tensor; else why not."""
     try:
-        bnb = _bnb()
+        bnb = import_bitsandbytes()
         p = nn.Parameter(torch.ones(4096, device=device))
         opt = bnb.optim.AdamW8bit([p], lr=1e-2)
         p.grad = torch.ones_like(p)
@@ -396,4 +373,4 @@ def adamw8bit(params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999
     why = _adamw8bit_works(device)
     if why is not None:
         raise ConfigError(f"the 8-bit AdamW optimizer does not work on {device} here ({why}); use the fp32 AdamW")
-    return _bnb().optim.AdamW8bit(params, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, **kwargs)
+    return import_bitsandbytes().optim.AdamW8bit(params, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, **kwargs)

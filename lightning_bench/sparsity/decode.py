@@ -9,6 +9,8 @@ Decoding is greedy, or teacher-forced on `reference_continuation`, whose per-tok
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import time
 from dataclasses import dataclass, field
@@ -110,6 +112,18 @@ def check_budget(method: Method, sparsity: Optional[float], budget_tokens: Optio
     return None
 
 
+def cache_argument(net, cache) -> dict:
+    """The keyword argument that hands `cache` to `net`'s forward: `cache` since transformers 5.24 renamed
+    it (the old name then warns on every call, and goes in 5.40), `past_key_values` before."""
+    return {_cache_parameter(type(net)): cache}
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_parameter(model_class: type) -> str:
+    parameters = inspect.signature(model_class.forward).parameters  # through transformers' decorators
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
 @torch.no_grad()
 def prefill(net, input_ids: torch.Tensor, attention_mask: torch.Tensor,
             recorder: Optional[AttentionRecorder] = None) -> tuple[EvictionState, torch.Tensor]:
@@ -123,12 +137,13 @@ def prefill(net, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     if recorder is not None:
         recorder.query_valid = attention_mask.bool()
-    with capturing(net, recorder):
+    cache = growing_cache(config)
+    with capturing(net, recorder):  # the model appends the context to `cache` in place
         out = net(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                  past_key_values=growing_cache(config), use_cache=True, logits_to_keep=1)
+                  **cache_argument(net, cache), use_cache=True, logits_to_keep=1)
     if recorder is not None:
         recorder.query_valid = None
-    return EvictionState(out.past_key_values, attention_mask, positions, group_size=group), out.logits[:, -1]
+    return EvictionState(cache, attention_mask, positions, group_size=group), out.logits[:, -1]
 
 
 @torch.no_grad()
@@ -143,7 +158,7 @@ def extend(net, state: EvictionState, input_ids: torch.Tensor, recorder: Optiona
     q = input_ids.shape[1]
     mask, pos = state.next_inputs(q)
     with capturing(net, recorder):
-        out = net(input_ids=input_ids, attention_mask=mask, position_ids=pos, past_key_values=state.cache,
+        out = net(input_ids=input_ids, attention_mask=mask, position_ids=pos, **cache_argument(net, state.cache),
                   use_cache=True, logits_to_keep=logits_to_keep)
     state.append(q)
     return out.logits
