@@ -2,7 +2,8 @@
 
 Lightning's own handling lets a missing file through to a traceback at fit time, raises whatever
 torch.load raises on a corrupt or unsafe file, and silently replaces the model options of the command
-with the checkpoint's; `model_conflicts` is what the CLI refuses instead.
+with the checkpoint's (even those given for the default `--model` when the checkpoint holds another
+class); `model_conflicts` is what the CLI refuses instead.
 """
 
 from __future__ import annotations
@@ -59,7 +60,11 @@ def model_conflicts(checkpoint: dict, class_path: str, init_args: dict, explicit
     if saved_class and saved_class != class_path:
         if strict or "class_path" in explicit:
             return [f"--model {class_path} (checkpoint: {saved_class})"]
-        return []  # the checkpoint's class and options will be used
+        # the checkpoint's class and options will be used: an option given for the default class would be
+        # dropped without a word
+        return [_option_of_another_class(key, init_args.get(key), saved, saved_class)
+                for key in sorted(explicit - {"class_path"})
+                if key not in saved or not _same(init_args.get(key), saved[key])]
     module, _, name = class_path.rpartition(".")
     defaults = {k: p.default for k, p in
                 inspect.signature(getattr(importlib.import_module(module), name).__init__).parameters.items()}
@@ -71,6 +76,11 @@ def model_conflicts(checkpoint: dict, class_path: str, init_args: dict, explicit
         if key in explicit or (strict and given is not None) or not _same(given, defaults.get(key)):
             conflicts.append(f"--model.{key} {given} (checkpoint: {value})")
     return conflicts
+
+
+def _option_of_another_class(key: str, given, saved: dict, saved_class: str) -> str:
+    found = saved[key] if key in saved else f"a {saved_class.rpartition('.')[2]}, which has no {key}"
+    return f"--model.{key} {given} (checkpoint: {found})"
 
 
 def _same(a, b) -> bool:

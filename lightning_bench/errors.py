@@ -7,6 +7,7 @@ to change. Anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import ast
+import operator
 import re
 import sys
 
@@ -77,8 +78,12 @@ def parser_error_line(message: str, argv: list[str] = (), choices: tuple = ()) -
     given, types, literals, details = None, [], [], [rest] if rest else []
     for line in lines[1:]:
         expected = re.match(r"Expected a (.*?)(?:\. Got value: (.*))?$", line)
+        restricted = re.match(r"Not of type (\w+): (.*)", line)
         if line.startswith(("Given value: ", "Got value: ")):
             given = line.split(": ", 1)[1]
+        elif restricted and _restricted_type(restricted.group(1)):
+            given = given or _value_in(restricted.group(2))
+            types.append(_restricted_type(restricted.group(1)))
         elif expected and not line.startswith(_PARSER_NOISE):
             given = given or expected.group(2)
             literal = re.fullmatch(r"typing\.Literal\[(.*)\]", expected.group(1))
@@ -89,19 +94,81 @@ def parser_error_line(message: str, argv: list[str] = (), choices: tuple = ()) -
         elif not line.startswith(_PARSER_NOISE):
             details.append(line)
     flag = _flag_for(key, argv)
+    given = given if given is not None else _value_for(key, argv)
     if details:
         return f"{flag}: {' '.join(details)}"
     if choices:
         types, literals = [], [str(c) for c in choices]
     allowed = [t for t in types if t != "null"] + ([f"one of {', '.join(literals)}"] if literals else [])
     allowed += ["null"] if "null" in types else []
-    return f"{flag}: got {given!r}; expected {' or '.join(allowed) or 'another value'}"
+    return f"{flag}: got {_shown(given)}; expected {' or '.join(allowed) or 'another value'}"
 
 
 def _type_name(text: str) -> str:
     name = re.sub(r"<class '(?:builtins\.)?([\w.]+)'>", r"\1", text)
     return {"int": "an int", "float": "a float", "bool": "true or false", "str": "a string",
             "NoneType": "null"}.get(name, f"a {name}")
+
+
+_SYMBOLS = {operator.gt: ">", operator.ge: ">=", operator.lt: "<", operator.le: "<=", operator.eq: "==",
+            operator.ne: "!="}
+
+
+def _restricted_type(name: str) -> str | None:
+    """describe_range of the jsonargparse type called `name` (its messages name only the type: `Not of
+    type PositiveInt: ...`); None for a type without a range (paths: their own message says what is wrong)."""
+    from jsonargparse.typing import registered_types
+
+    cls = next((t for t in registered_types.values() if getattr(t, "__name__", None) == name), None)
+    return describe_range(cls) if cls is not None else None
+
+
+def describe_range(kind: type) -> str | None:
+    """What a jsonargparse restricted type allows, as an error line says it: `an int > 0`, `a float in
+    [0, 1)`, `a float < 0 or > 1`, a string type's own docstring or `a string matching ^x+$`."""
+    if getattr(kind, "_regex", None) is not None:
+        doc = kind.__doc__ or ""
+        return doc if doc and not doc.startswith("str restricted") else f"a string matching {kind._regex.pattern}"
+    if not getattr(kind, "_restrictions", None):
+        return None
+    bounds = [(_SYMBOLS[op], ref) for op, ref in kind._restrictions]
+    base = _type_name(kind._type.__name__)
+    lower = [b for b in bounds if b[0] in (">", ">=")]
+    upper = [b for b in bounds if b[0] in ("<", "<=")]
+    if kind._join == "and" and len(lower) == len(upper) == 1 and len(bounds) == 2:
+        (low_op, low), (high_op, high) = lower[0], upper[0]
+        return (f"{base} in {'[' if low_op == '>=' else '('}{_number(low)}, "
+                f"{_number(high)}{']' if high_op == '<=' else ')'}")
+    return f"{base} " + f" {kind._join} ".join(f"{op} {_number(ref)}" for op, ref in bounds)
+
+
+def _number(value) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else repr(value)
+
+
+def _shown(value) -> str:
+    """A given value as the error line quotes it: a 400-character name is not repeated whole."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}...' ({len(str(value))} characters)"
+
+
+def _value_in(detail: str) -> str | None:
+    """The value a restricted type's validation message quotes (`0 does not conform to restriction v>0`,
+    `invalid literal for int() with base 10: 'abc'`); None when it quotes none."""
+    found = (re.match(r"(.+?) (?:does not conform to restriction|does not match regular expression|"
+                      r"not an integer|not a number)", detail) or re.search(r": '(.*)'$", detail))
+    return found.group(1) if found else None
+
+
+def _value_for(key: str, argv: list[str]) -> str | None:
+    """The value given on the command line to the flag of `key` (`--x V` or `--x=V`), if any."""
+    flag = _flag_for(key, argv)
+    for i, arg in enumerate(argv):
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
 
 
 def _flag_for(key: str, argv: list[str]) -> str:

@@ -16,6 +16,7 @@ Fine-tuning (a DataModule with `finetune_num_labels`, batches with kind "classif
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -23,6 +24,7 @@ from typing import Optional
 import lightning as L
 import torch
 import torch.nn.functional as F
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat
 from torch import nn
 from torchmetrics import SumMetric
 
@@ -30,11 +32,17 @@ from lightning_bench.errors import ConfigError, DivergedError
 from lightning_bench.evaluation.token_nll import head_nll, logits_nll
 from lightning_bench.evaluation.windows import IGNORE_INDEX
 from lightning_bench.models.sequence_head import SequenceHead, last_token_pool
+from lightning_bench.options import number_range
 from lightning_bench.profiling.flops import AnalyticFlops
 from lightning_bench.quantization.fake_quant import QuantizableLayers
 
 EVAL_STAGES = ("val", "test")
 PROMPTED_KINDS = ("loglikelihood", "next_token", "generate")
+# The ranges of the model options are their annotations (jsonargparse.typing: PositiveInt, ...): the CLI
+# refuses a value outside them while parsing, and --help shows them. [0, 1) is a dropout probability or an
+# AdamW beta (1 drops everything / never forgets a gradient).
+Fraction = number_range("Fraction", float, [(">=", 0.0), ("<", 1.0)])
+Betas = tuple[Fraction, Fraction]
 
 
 @dataclass
@@ -71,10 +79,12 @@ class LanguageModule(L.LightningModule):
     alias = "lm"  # the --model alias; subclasses override
     supports_kv_cache = False  # attention families set True: KV-cache eviction (sparsity/) needs a cache
 
-    def __init__(self, learning_rate: float = 1e-3, weight_decay: float = 0.1, betas: tuple[float, float] = (0.9, 0.95),
-                 warmup_steps: int = 100, min_lr_ratio: float = 0.1, aux_loss_weight: float = 0.0):
+    def __init__(self, learning_rate: PositiveFloat = 1e-3, weight_decay: NonNegativeFloat = 0.1,
+                 betas: Betas = (0.9, 0.95), warmup_steps: NonNegativeInt = 100, min_lr_ratio: ClosedUnitInterval = 0.1,
+                 aux_loss_weight: NonNegativeFloat = 0.0):
         super().__init__()
-        self.aux_loss_weight = aux_loss_weight  # stored here: subclasses' save_hyperparameters() may omit it
+        # stored here: subclasses' save_hyperparameters() may omit it
+        self.aux_loss_weight = plain_value(aux_loss_weight)
         self.net: Optional[nn.Module] = None
         self.task_head: Optional[SequenceHead] = None  # built in configure_model for fine-tuning runs
         # evaluation sums are kept in float64: a split has ~1e5-1e6 tokens of ~1-10 nats each. NaN must
@@ -88,6 +98,15 @@ class LanguageModule(L.LightningModule):
         self.active_eviction = None
         self.optimizer_8bit = False  # bitsandbytes' AdamW8bit instead of torch's (use_8bit_optimizer)
         self._rng_to_restore: Optional[dict] = None  # a checkpoint's RNG states, set at the first resumed step
+
+    def save_hyperparameters(self, *args, ignore=None, frame=None, logger: bool = True) -> None:
+        """Lightning's, with the range-checked values the CLI passes (PositiveInt, ...: subclasses of int
+        and float) stored as plain numbers: a checkpoint is read weights-only, which refuses other classes."""
+        super().save_hyperparameters(*args, ignore=ignore, frame=frame or inspect.currentframe().f_back,
+                                     logger=logger)
+        for hparams in (self._hparams, self._hparams_initial):
+            for key, value in hparams.items():
+                hparams[key] = plain_value(value)
 
     # ---- what subclasses provide ----------------------------------------------------------
     def build_network(self, vocab_size: int) -> nn.Module:
@@ -163,6 +182,10 @@ class LanguageModule(L.LightningModule):
             if dm is None or getattr(dm, "tokenizer", None) is None:
                 raise ConfigError("the model's vocabulary comes from the data; run it with an LMDataModule")
             self.build(dm.vocab_size)
+        elif self.hparams.get("vocab_size") is not None and getattr(dm, "tokenizer", None) is not None:
+            # a random-init family built from a checkpoint (or --model.vocab_size): one row per token of the
+            # tokenizer it was trained with, which the data's tokenizer must be
+            vocabulary_mismatch(dm.vocab_size, self.hparams.vocab_size, exact=True)
         # built before Lightning restores a checkpoint's state dict, so a fine-tuned head is restored too
         num_labels = getattr(dm, "finetune_num_labels", None)
         if num_labels is not None and self.task_head is None:
@@ -399,6 +422,26 @@ class LanguageModule(L.LightningModule):
                   if isinstance(m, nn.Linear)}
         total = sum(packed.get(id(p), p.numel()) for p in self.net.parameters())
         return {"total": total, "embedding": embedding, "non_embedding": total - embedding}
+
+
+def vocabulary_mismatch(data_tokens: int, model_tokens: int, exact: bool = False) -> None:
+    """Refuse a data tokenizer the model's embedding does not fit: more tokens than it has rows, or (exact: a
+    model built for one tokenizer, e.g. a word vocabulary) any other number."""
+    if data_tokens > model_tokens or (exact and data_tokens != model_tokens):
+        only = "only " if data_tokens > model_tokens else ""
+        raise ConfigError(f"the data's tokenizer has {data_tokens} tokens but the model {only}{model_tokens}; "
+                          "use --data.tokenizer auto" + (" (the tokenizer it was trained with; a word vocabulary is "
+                                                         "rebuilt from the --data it was trained on)" if exact else ""))
+
+
+def plain_value(value):
+    """`value` with jsonargparse's restricted numbers (and strings) as the builtin type they extend."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain_value(v) for v in value)
+    for base in (bool, int, float, str):
+        if isinstance(value, base):
+            return base(value)
+    return value
 
 
 def decay_groups(module: nn.Module) -> tuple[list, list]:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
 from typing import Literal, Optional
 
 import torch
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat
 from torch import nn
 
 from lightning_bench.errors import ConfigError
-from lightning_bench.models.base import ClassDefault, LanguageModule
+from lightning_bench.models.base import Betas, ClassDefault, LanguageModule, vocabulary_mismatch
 from lightning_bench.models.mamba import mamba_analytic_flops, mamba_quantizable_layers
 
 # a hub repo id (`gpt2`, `HuggingFaceTB/SmolLM2-135M`); anything else that does not exist locally is a wrong path
@@ -42,13 +44,17 @@ class HFLanguageModel(LanguageModule):
 
     def __init__(self, pretrained: str, dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32",
                  trust_remote_code: bool = False, revision: Optional[str] = None,
-                 learning_rate: float = 2e-5, weight_decay: float = 0.0, betas: tuple[float, float] = (0.9, 0.999),
-                 warmup_steps: int = 50, min_lr_ratio: float = 0.1):
+                 learning_rate: PositiveFloat = 2e-5, weight_decay: NonNegativeFloat = 0.0,
+                 betas: Betas = (0.9, 0.999), warmup_steps: NonNegativeInt = 50,
+                 min_lr_ratio: ClosedUnitInterval = 0.1):
         super().__init__(learning_rate, weight_decay, betas, warmup_steps, min_lr_ratio)
         if dtype not in DTYPES:
             raise ConfigError(f"unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
+        if os.path.isdir(pretrained):
+            check_model_folder(pretrained, trust_remote_code)
         self.save_hyperparameters()
         self._config = None
+        self._hub_offline = None  # why the hub is not used (hub_offline_reason), checked at the first hub id load
 
     @property
     def pretrained_location(self) -> tuple[str, dict]:
@@ -66,6 +72,8 @@ class HFLanguageModel(LanguageModule):
                               "(nor a hub id, which looks like org/name)")
         if self.hparams.revision:
             kwargs["revision"] = self.hparams.revision
+        if not os.path.exists(path) and self._hub_offline is None:
+            self._hub_offline = hub_offline_reason() or ""
         return path, kwargs
 
     @property
@@ -82,9 +90,12 @@ class HFLanguageModel(LanguageModule):
             try:
                 self._config = AutoConfig.from_pretrained(name, **kwargs)
             except (OSError, ValueError) as err:
-                first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-                raise ConfigError(f"cannot load pretrained model {self.hparams.pretrained!r}: {first}") from err
+                raise self._load_error(err) from err
         return self._config
+
+    def _load_error(self, err: Exception) -> ConfigError:
+        reason = self._hub_offline or (str(err).strip().splitlines() or [type(err).__name__])[0]
+        return ConfigError(f"cannot load pretrained model {self.hparams.pretrained!r}: {reason}")
 
     @property
     def max_seq_len(self) -> Optional[int]:
@@ -98,8 +109,11 @@ class HFLanguageModel(LanguageModule):
         from transformers import AutoModelForCausalLM
 
         name, kwargs = self.pretrained_location
-        net = AutoModelForCausalLM.from_pretrained(name, config=self.config if "gguf_file" not in kwargs else None,
-                                                   dtype=DTYPES[self.hparams.dtype], **kwargs)
+        config = self.config if "gguf_file" not in kwargs else None
+        try:
+            net = AutoModelForCausalLM.from_pretrained(name, config=config, dtype=DTYPES[self.hparams.dtype], **kwargs)
+        except OSError as err:  # e.g. the config is in the local cache but the weights are not
+            raise self._load_error(err) from err
         check_vocabulary(net, vocab_size)
         return net.train()  # from_pretrained returns eval mode; Lightning switches modes per stage from here
 
@@ -123,7 +137,99 @@ class HFLanguageModel(LanguageModule):
 
 
 def check_vocabulary(net: nn.Module, vocab_size: Optional[int]) -> None:
-    available = net.get_input_embeddings().num_embeddings
-    if vocab_size is not None and vocab_size > available:
-        raise ConfigError(f"the data's tokenizer has {vocab_size} tokens but the model only {available}; "
-                          "use --data.tokenizer auto")
+    if vocab_size is not None:
+        vocabulary_mismatch(vocab_size, net.get_input_embeddings().num_embeddings)
+
+
+unreachable_hubs: list[str] = []  # the hub this process found unreachable, and went offline for
+
+
+def hub_offline_reason() -> str | None:
+    """None when the HF hub is used; else why not, and what to do if a model is not in the local cache.
+
+    An unreachable hub (checked once, with a short timeout) makes the process go offline, as HF_HUB_OFFLINE=1
+    would: what is in the local cache still loads, and a miss fails at once instead of after
+    huggingface_hub's five retries (~36 s, one line each)."""
+    from huggingface_hub import constants
+
+    from lightning_bench.logging_setup import server_reachable
+
+    not_cached = f"and it is not in the local cache ({constants.HF_HUB_CACHE})"
+    if unreachable_hubs:
+        return f"the hub {unreachable_hubs[0]} is unreachable {not_cached}; connect, or pass a local folder"
+    if constants.is_offline_mode():
+        return f"HF_HUB_OFFLINE is set {not_cached}; unset it to download, or pass a local folder"
+    if server_reachable(constants.ENDPOINT):
+        return None
+    os.environ["HF_HUB_OFFLINE"] = "1"  # for processes started from this one
+    constants.HF_HUB_OFFLINE = True  # read at import: what huggingface_hub and transformers ask from now on
+    unreachable_hubs.append(constants.ENDPOINT)
+    return hub_offline_reason()
+
+
+# what save_pretrained writes, in the order transformers looks for them
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+
+
+def check_model_folder(folder: str, trust_remote_code: bool) -> None:
+    """A local model folder, checked before anything loads from it: what is missing or damaged, as one
+    line naming the file (transformers reports it as a traceback, or the tokenizer's load fails first)."""
+    path, where = Path(folder), f"--model.pretrained {folder}"
+    if not (path / "config.json").is_file():
+        found = sorted(p.name for p in path.iterdir())
+        raise ConfigError(f"{where}: no config.json ({'found: ' + _few(found) if found else 'the folder is empty'}); "
+                          "a model folder holds config.json and the weights, as save_pretrained writes them")
+    config = _read_json(path / "config.json", where)
+    if config.get("auto_map") and not trust_remote_code:
+        files = sorted(p.name for p in path.glob("*.py"))
+        raise ConfigError(f"{where}: the model ships its own code (config.json auto_map{': ' if files else ''}"
+                          f"{_few(files)}), which runs only with --model.trust_remote_code true: pass it only "
+                          "for code you trust")
+    for shard in _weight_files(path, where):
+        if shard.endswith(".safetensors"):
+            _check_safetensors(path / shard, where)
+
+
+def _weight_files(path: Path, where: str) -> list[str]:
+    """The weight files the folder's first weights entry names (an index lists its shards)."""
+    name = next((n for n in WEIGHT_FILES if (path / n).is_file()), None)
+    if name is None:
+        gguf = sorted(p.name for p in path.glob("*.gguf"))
+        fix = f"for a GGUF file pass the file: --model.pretrained {path / gguf[0]}" if gguf else "re-save the model"
+        raise ConfigError(f"{where}: no weights (none of {', '.join(WEIGHT_FILES)}); {fix}")
+    if not name.endswith(".index.json"):
+        return [name]
+    shards = sorted(set((_read_json(path / name, where).get("weight_map") or {}).values()))
+    missing = [s for s in shards if not (path / s).is_file()]
+    if missing or not shards:
+        raise ConfigError(f"{where}: {name} lists {_few(missing) if missing else 'no weight files'}, "
+                          f"{'missing from the folder' if missing else 'so nothing can be loaded'}; "
+                          "re-save or re-download the model")
+    return shards
+
+
+def _check_safetensors(file: Path, where: str) -> None:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(file), framework="pt"):  # reads the header only
+            pass
+    except Exception as err:  # noqa: BLE001 - safetensors raises its own error type for every damage
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ConfigError(f"{where}: {file.name} is not a readable safetensors file ({reason}); "
+                          "re-save or re-download the model") from err
+
+
+def _read_json(file: Path, where: str) -> dict:
+    try:
+        value = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{where}: {file.name} is not readable JSON ({err})") from err
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: {file.name} holds a {type(value).__name__}, not a JSON object")
+    return value
+
+
+def _few(names: list[str], shown: int = 5) -> str:
+    return ", ".join(names[:shown]) + (f", ... ({len(names)} files)" if len(names) > shown else "")

@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from torch import nn
 
 from lightning_bench.errors import ConfigError
-from lightning_bench.models.base import LanguageModule
+from lightning_bench.models.base import Betas, LanguageModule
 from lightning_bench.profiling.flops import AnalyticFlops, mamba_mixer_forward_flops
 from lightning_bench.quantization.fake_quant import QuantizableLayers
 
@@ -66,15 +67,12 @@ class MambaLM(LanguageModule):
 
     alias = "mamba"
 
-    def __init__(self, d_model: int = 128, n_layer: int = 2, d_state: int = 16, d_conv: int = 4, expand: int = 2,
-                 tie_embeddings: bool = True, vocab_size: Optional[int] = None, scan_impl: str = "parallel",
-                 learning_rate: float = 1e-3, weight_decay: float = 0.1, betas: tuple[float, float] = (0.9, 0.95),
-                 warmup_steps: int = 100, min_lr_ratio: float = 0.1):
+    def __init__(self, d_model: PositiveInt = 128, n_layer: PositiveInt = 2, d_state: PositiveInt = 16,
+                 d_conv: PositiveInt = 4, expand: PositiveInt = 2, tie_embeddings: bool = True,
+                 vocab_size: Optional[PositiveInt] = None, scan_impl: str = "parallel",
+                 learning_rate: PositiveFloat = 1e-3, weight_decay: NonNegativeFloat = 0.1, betas: Betas = (0.9, 0.95),
+                 warmup_steps: NonNegativeInt = 100, min_lr_ratio: ClosedUnitInterval = 0.1):
         super().__init__(learning_rate, weight_decay, betas, warmup_steps, min_lr_ratio)
-        for name, value in (("d_model", d_model), ("n_layer", n_layer), ("d_state", d_state),
-                            ("d_conv", d_conv), ("expand", expand)):
-            if value < 1:
-                raise ConfigError(f"--model.{name} must be >= 1, got {value}")
         if scan_impl not in ("parallel", "transformers"):
             raise ConfigError(f"--model.scan_impl must be 'parallel' or 'transformers', got {scan_impl!r}")
         self.save_hyperparameters()

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Optional
 
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from torch import nn
 
 from lightning_bench.errors import ConfigError
-from lightning_bench.models.base import LanguageModule, LMOutput
+from lightning_bench.models.base import Betas, Fraction, LanguageModule, LMOutput
 from lightning_bench.models.resnet_bk_net import BKConfig, BKLayer, ResNetBKNet
 from lightning_bench.profiling.flops import AnalyticFlops
 from lightning_bench.quantization.fake_quant import ActivationRange, QuantizableLayers
@@ -44,14 +45,18 @@ class ResNetBKLM(LanguageModule):
 
     alias = "bk"
 
-    def __init__(self, d_model: int = 64, n_layers: int = 4, max_seq_len: int = 128, num_experts: int = 4,
-                 top_k: int = 1, dropout: float = 0.1, v_max: float = 3.0, feature_clamp: float = 10.0,
-                 bk_scale: float = 1.0, z_imag: float = 1.0,
-                 position_embedding: str = "learned", scan_impl: str = "scan", vocab_size: Optional[int] = None,
-                 learning_rate: float = 1e-3, weight_decay: float = 0.1, betas: tuple[float, float] = (0.9, 0.95),
-                 warmup_steps: int = 100, min_lr_ratio: float = 0.1, load_balance_weight: float = 0.01):
+    def __init__(self, d_model: PositiveInt = 64, n_layers: PositiveInt = 4, max_seq_len: PositiveInt = 128,
+                 num_experts: PositiveInt = 4, top_k: PositiveInt = 1, dropout: Fraction = 0.1,
+                 v_max: PositiveFloat = 3.0, feature_clamp: PositiveFloat = 10.0, bk_scale: NonNegativeFloat = 1.0,
+                 z_imag: PositiveFloat = 1.0, position_embedding: str = "learned", scan_impl: str = "scan",
+                 vocab_size: Optional[PositiveInt] = None, learning_rate: PositiveFloat = 1e-3,
+                 weight_decay: NonNegativeFloat = 0.1, betas: Betas = (0.9, 0.95), warmup_steps: NonNegativeInt = 100,
+                 min_lr_ratio: ClosedUnitInterval = 0.1, load_balance_weight: NonNegativeFloat = 0.01):
         super().__init__(learning_rate, weight_decay, betas, warmup_steps, min_lr_ratio,
                          aux_loss_weight=load_balance_weight)
+        if top_k > num_experts:
+            raise ConfigError(f"--model.top_k {top_k} exceeds --model.num_experts {num_experts} "
+                              "(each token is routed to top_k of the experts)")
         self.save_hyperparameters()
         # validate the sizes now, before a Trainer and the data are set up (the vocabulary may come later)
         self._config(vocab_size if vocab_size is not None else 1)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Optional
 
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from torch import nn
 
-from lightning_bench.models.base import LanguageModule
+from lightning_bench.errors import ConfigError
+from lightning_bench.models.base import Betas, Fraction, LanguageModule
 
 
 class TransformerLM(LanguageModule):
@@ -33,15 +35,15 @@ class TransformerLM(LanguageModule):
     alias = "transformer"
     supports_kv_cache = True
 
-    def __init__(self, n_layer: int = 2, d_model: int = 128, n_head: int = 4, n_kv_head: Optional[int] = None,
-                 d_ff: Optional[int] = None, max_seq_len: int = 1024, rope_theta: float = 10000.0,
-                 dropout: float = 0.0, tie_embeddings: bool = True, vocab_size: Optional[int] = None,
-                 learning_rate: float = 1e-3, weight_decay: float = 0.1, betas: tuple[float, float] = (0.9, 0.95),
-                 warmup_steps: int = 100, min_lr_ratio: float = 0.1):
+    def __init__(self, n_layer: PositiveInt = 2, d_model: PositiveInt = 128, n_head: PositiveInt = 4,
+                 n_kv_head: Optional[PositiveInt] = None, d_ff: Optional[PositiveInt] = None,
+                 max_seq_len: PositiveInt = 1024, rope_theta: PositiveFloat = 10000.0,
+                 dropout: Fraction = 0.0, tie_embeddings: bool = True,
+                 vocab_size: Optional[PositiveInt] = None, learning_rate: PositiveFloat = 1e-3,
+                 weight_decay: NonNegativeFloat = 0.1, betas: Betas = (0.9, 0.95),
+                 warmup_steps: NonNegativeInt = 100, min_lr_ratio: ClosedUnitInterval = 0.1):
         super().__init__(learning_rate, weight_decay, betas, warmup_steps, min_lr_ratio)
-        if d_model % n_head:
-            from lightning_bench.errors import ConfigError
-            raise ConfigError(f"d_model {d_model} must be divisible by n_head {n_head}")
+        check_heads(d_model, n_head, n_kv_head)
         self.save_hyperparameters()
         if vocab_size is not None:
             self.build(vocab_size)
@@ -62,3 +64,17 @@ class TransformerLM(LanguageModule):
     @property
     def max_seq_len(self) -> int:
         return self.hparams.max_seq_len
+
+
+def check_heads(d_model: int, n_head: int, n_kv_head: Optional[int]) -> None:
+    """The head sizes must split evenly; each range alone is checked by the parser."""
+    if d_model % n_head:
+        raise ConfigError(f"--model.d_model {d_model} must be divisible by --model.n_head {n_head} "
+                          "(every head gets d_model / n_head channels)")
+    if (d_model // n_head) % 2:
+        # RoPE rotates channel pairs
+        raise ConfigError(f"--model.d_model {d_model} / --model.n_head {n_head} = {d_model // n_head} channels "
+                          "per head; RoPE needs an even number: change either")
+    if n_kv_head is not None and n_head % n_kv_head:
+        raise ConfigError(f"--model.n_kv_head {n_kv_head} must divide --model.n_head {n_head} "
+                          "(each key/value head serves n_head / n_kv_head query heads)")
