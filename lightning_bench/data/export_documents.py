@@ -15,21 +15,29 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lightning_bench.data.options import OneLineParser
 from lightning_bench.errors import ConfigError
 
-# --data.<name> options passed to LMDataModule, with their types
+# --data.<name> options passed to LMDataModule, with their types (their ranges are LMDataModule's, checked
+# when it is built)
 _DATA_OPTIONS = {"path": str, "train_path": str, "val_path": str, "test_path": str, "document_split": str,
                  "text_field": str, "eval_max_documents": int, "use_hub": bool, "hub_id": str,
                  "hub_config": str, "max_documents": int, "val_fraction": float}
 _SPLITS = {"test": "test", "validation": "validation", "valid": "validation", "train": "train"}
+_KIND_NAMES = {int: "an int", float: "a number", bool: "true or false", str: "a string"}
 
 
 def _value(kind, text: str):
     if text in ("null", "None"):
         return None
     if kind is bool:
+        if text.lower() not in ("1", "true", "yes", "0", "false", "no"):
+            raise argparse.ArgumentTypeError(f"got {text!r}; expected true or false")
         return text.lower() in ("1", "true", "yes")
-    return kind(text)
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}; expected {_KIND_NAMES[kind]} or null") from None
 
 
 def _config_data(path: str) -> dict:
@@ -39,6 +47,11 @@ def _config_data(path: str) -> dict:
         config = yaml.safe_load(Path(path).read_text()) or {}
     except OSError as err:
         raise ConfigError(f"cannot read config {path!r} ({err.strerror})") from err
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        raise ConfigError(f"config {path}: invalid YAML" + (f" at line {where.line + 1}" if where else "")) from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"config {path}: expected a mapping of sections (data: ...), got a {type(config).__name__}")
     data = config.get("data") or {}
     if isinstance(data, str):
         return {"source": data}
@@ -46,9 +59,9 @@ def _config_data(path: str) -> dict:
     return {k: v for k, v in data.items() if k == "source" or k in _DATA_OPTIONS}
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lightning_bench export_documents", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def _parser() -> OneLineParser:
+    parser = OneLineParser(prog="lightning_bench export_documents", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-c", "--config", action="append", default=[], help="a config file (its data section)")
     parser.add_argument("--data", dest="source", help="data alias (ptb, wikitext2, ..., text)")
     for name, kind in _DATA_OPTIONS.items():
@@ -56,7 +69,14 @@ def main(argv: list[str]) -> int:
                             default=argparse.SUPPRESS)  # only the flags given; `null` resets a config's
     parser.add_argument("--split", default="test", choices=sorted(_SPLITS), help="which split (default test)")
     parser.add_argument("-o", "--output", required=True, help="the JSON-lines file to write")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    from lightning_bench.results.io import check_output
+
+    check_output("-o", args.output, kind="file")  # before the corpus is read
 
     options: dict = {"source": "text"}
     for config in args.config:

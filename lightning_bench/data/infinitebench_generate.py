@@ -51,8 +51,10 @@ import uuid
 from pathlib import Path
 from typing import Callable, Sequence
 
+from lightning_bench.data.options import (ClosedUnitInterval, NonNegativeInt, OneLineParser, PositiveInt,
+                                          value_type)
 from lightning_bench.errors import ConfigError
-from lightning_bench.results.io import write_text_atomic
+from lightning_bench.results.io import check_output, write_text_atomic
 
 # @2: rows record target_length and depth; @3: the prompt counted with its answer prefix
 GENERATOR = "lightning_bench.data.infinitebench_generate@3"
@@ -256,25 +258,36 @@ def write_sets(task: str, tokenizer, out: str | Path, lengths: Sequence[int], de
     return paths
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lightning_bench infinitebench_generate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def _parser() -> OneLineParser:
+    parser = OneLineParser(prog="lightning_bench infinitebench_generate", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", nargs="+", required=True, choices=TASKS, help="one or more (-o: one)")
     parser.add_argument("--tokenizer", required=True, help="a tokenizer folder or hub name (gpt2 works offline)")
-    parser.add_argument("--lengths", "--length", dest="lengths", type=int, nargs="+", required=True,
-                        help="target context tokens (one or more)")
-    parser.add_argument("--depths", type=int, default=11, help="evenly spaced depths over [0, 1] (default 11)")
-    parser.add_argument("--depth", type=float, nargs="+", help="explicit depths in [0, 1] (instead of --depths)")
-    parser.add_argument("--per_depth", type=int, default=1, help="samples per length and depth (default 1)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lengths", "--length", dest="lengths", type=value_type(PositiveInt), nargs="+",
+                        required=True, help="target context tokens (one or more)")
+    parser.add_argument("--depths", type=value_type(PositiveInt), default=11,
+                        help="evenly spaced depths over [0, 1] (default 11)")
+    parser.add_argument("--depth", type=value_type(ClosedUnitInterval), nargs="+",
+                        help="explicit depths in [0, 1] (instead of --depths)")
+    parser.add_argument("--per_depth", type=value_type(PositiveInt), default=1,
+                        help="samples per length and depth (default 1)")
+    parser.add_argument("--seed", type=value_type(NonNegativeInt), default=0)
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--out", help="folder for <length>/<task>.jsonl and <length>/manifest.json "
                                      "(e.g. DATA/infinitebench, read with --data_dir DATA --max_context <length>)")
     where.add_argument("-o", "--output", help="one JSON-lines file holding every length (read with --paths)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
     if args.output and len(args.task) > 1:
         raise ConfigError(f"-o {args.output} holds one task, got --task {' '.join(args.task)}; use --out DIR for "
                           "several")
+    if args.out:  # before the tokenizer loads and the rows are drawn
+        check_output("--out", args.out)
+    else:
+        check_output("-o", args.output, kind="file")
 
     from lightning_bench.data.tokenization import HFTokenizer
 

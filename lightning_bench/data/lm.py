@@ -20,10 +20,13 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from lightning_bench.data.cache import cache_key, cached
+from lightning_bench.data.options import (DatasetName, Fraction, NonNegativeInt, PositiveInt,
+                                          checked_arguments)
 from lightning_bench.data.sources import DATA_ALIASES, SplitText, load_split
-from lightning_bench.data.tokenization import build_tokenizer, default_cache_dir
+from lightning_bench.data.tokenization import build_tokenizer, checked_cache_dir
 from lightning_bench.errors import ConfigError, unknown_name
 from lightning_bench.evaluation.windows import IGNORE_INDEX, rolling_windows, token_windows
+from lightning_bench.results.io import check_output
 
 PROTOCOLS = ("token_windows", "document_rolling")
 STAGE_SPLIT = {"fit": "train", "validate": "validation", "test": "test", "predict": "test"}
@@ -151,45 +154,47 @@ class LMDataModule(L.LightningDataModule):
     def __init__(
         self,
         source: str = "ptb",
-        name: Optional[str] = None,
+        name: Optional[DatasetName] = None,
         path: Optional[str] = None,
         train_path: Optional[str] = None,
         val_path: Optional[str] = None,
         test_path: Optional[str] = None,
-        val_fraction: float = 0.05,
+        val_fraction: Fraction = 0.05,
         tokenizer: str = "auto",
-        seq_len: int = 128,
-        batch_size: int = 16,
-        eval_batch_size: Optional[int] = None,
+        seq_len: PositiveInt = 128,
+        batch_size: PositiveInt = 16,
+        eval_batch_size: Optional[PositiveInt] = None,
         eval_protocol: Literal["token_windows", "document_rolling"] = "token_windows",
-        eval_stride: Optional[int] = None,
-        rolling_context: int = 1,
+        eval_stride: Optional[PositiveInt] = None,
+        rolling_context: PositiveInt = 1,
         document_split: str = "auto",
         text_field: str = "text",
-        eval_max_documents: Optional[int] = None,
+        eval_max_documents: Optional[PositiveInt] = None,
         use_hub: bool = False,
         hub_id: Optional[str] = None,
         hub_config: Optional[str] = None,
-        max_documents: Optional[int] = None,
-        num_workers: int = 0,
+        max_documents: Optional[PositiveInt] = None,
+        num_workers: NonNegativeInt = 0,
         cache_dir: Optional[str] = None,
     ):
         super().__init__()
+        # the ranges are declared on the signature (jsonargparse checks them at parse time); built from
+        # Python (a sweep's datasets, export_documents), the same ranges are checked here
+        self.save_hyperparameters(checked_arguments(LMDataModule.__init__, locals()))
+        hp = self.hparams  # plain numbers
         if source not in DATA_ALIASES:
             raise unknown_name("data", source, DATA_ALIASES)
         if eval_protocol not in PROTOCOLS:
             raise unknown_name("eval_protocol", eval_protocol, PROTOCOLS)
-        if seq_len < 1 or batch_size < 1:
-            raise ConfigError(f"seq_len and batch_size must be >= 1 (got {seq_len}, {batch_size})")
-        stride = seq_len if eval_stride is None else eval_stride  # 0 is refused below, not read as "default"
-        if not 1 <= stride <= seq_len:
-            raise ConfigError(f"--data.eval_stride must be in [1, seq_len={seq_len}], got {stride}")
-        if not 0 <= val_fraction < 1:
-            raise ConfigError(f"--data.val_fraction must be in [0, 1), got {val_fraction}")
-        self.save_hyperparameters()
-        self.source, self.seq_len, self.eval_stride = source, seq_len, stride
+        stride = hp.seq_len if hp.eval_stride is None else hp.eval_stride
+        if stride > hp.seq_len:
+            raise ConfigError(f"--data.eval_stride must be in [1, seq_len={hp.seq_len}], got {stride}")
+        if hp.rolling_context > hp.seq_len:
+            raise ConfigError(f"--data.rolling_context must be in [1, seq_len={hp.seq_len}], got {hp.rolling_context}")
+        self.source, self.seq_len, self.eval_stride = source, hp.seq_len, stride
         self.tokenizer_spec = tokenizer
-        self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir() / "tokenized"
+        self.cache_dir = Path(cache_dir) if cache_dir else None  # None: $LB_CACHE_DIR/tokenized, read at setup
+        self._cache_checked = False
         self.tokenizer = None
         self.splits: dict[str, SplitText] = {}
         self.cache_hits: dict[str, bool] = {}
@@ -236,6 +241,7 @@ class LMDataModule(L.LightningDataModule):
         return (source["name"], source.get("kwargs", {})) if source else ("word", {})
 
     def setup(self, stage: str = "fit") -> None:
+        self.tokenized_cache()  # an unwritable cache fails now, not after the text is loaded and tokenized
         if self.tokenizer is None:
             spec, kwargs = self._resolve_tokenizer_spec()
             train = self._load("train") if spec == "word" or stage == "fit" else None
@@ -306,9 +312,19 @@ class LMDataModule(L.LightningDataModule):
                 return torch.tensor(self.tokenizer.encode(text.text), dtype=torch.int32)
             return [torch.tensor(self.tokenizer.encode(d), dtype=torch.int32) for d in text.documents]
 
-        value, hit = cached(self.cache_dir, key, compute)
-        self.cache_hits[f"{split}/{kind}"] = hit
+        value, hit = cached(self.tokenized_cache(), key, compute)
+        # a split is read several times (loader, units, baseline): a hit only if no read had to tokenize it
+        self.cache_hits[f"{split}/{kind}"] = self.cache_hits.get(f"{split}/{kind}", True) and hit
         return value
+
+    def tokenized_cache(self) -> Path:
+        """Where tokenized splits are cached (--data.cache_dir, else $LB_CACHE_DIR/tokenized), checked
+        writable the first time it is asked for (setup asks; a command may ask earlier)."""
+        if not self._cache_checked:
+            self.cache_dir = (check_output("--data.cache_dir", self.cache_dir) if self.cache_dir is not None
+                              else checked_cache_dir() / "tokenized")
+            self._cache_checked = True
+        return self.cache_dir
 
     def token_stream(self, split: str) -> torch.Tensor:
         """The split's text as one int32 token tensor (no special tokens), from the tokenized cache.

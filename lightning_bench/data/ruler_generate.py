@@ -64,9 +64,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from lightning_bench.data.options import NonNegativeInt, OneLineParser, Percent, PositiveInt, value_type
 from lightning_bench.data.tasks.definitions.long_context.ruler import SPECS, TASK_NAMES, tokens_to_generate
 from lightning_bench.errors import ConfigError, MissingData, unknown_name
-from lightning_bench.results.io import write_text_atomic
+from lightning_bench.results.io import check_output, write_text_atomic
 
 GENERATOR_VERSION = 2  # 2: depths over the haystack alone (1 counted the inserted needles too)
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
@@ -752,24 +753,34 @@ def write_rows(path: Path, rows: list[dict]) -> Path:
     return write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="lightning_bench generate_ruler", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def _parser() -> OneLineParser:
+    parser = OneLineParser(prog="lightning_bench generate_ruler", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokenizer", required=True, help="the model's tokenizer: an HF folder or id (or gpt2)")
     parser.add_argument("--out", required=True, help="folder for <length>/<task>.jsonl (e.g. DATA/ruler)")
-    parser.add_argument("--lengths", type=int, nargs="+", default=[4096], help="target lengths in tokens")
+    parser.add_argument("--lengths", type=value_type(PositiveInt), nargs="+", default=[4096],
+                        help="target lengths in tokens")
     parser.add_argument("--tasks", nargs="+", default=None, help="default: all 13 (qa_2 only with --hotpotqa)")
-    parser.add_argument("--num_samples", type=int, default=500, help="rows per task and length (RULER: 500)")
-    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--num_samples", type=value_type(PositiveInt), default=500,
+                        help="rows per task and length (RULER: 500)")
+    parser.add_argument("--seed", type=value_type(NonNegativeInt), default=42)
     parser.add_argument("--haystack", choices=HAYSTACKS, default="noise", help="for RULER's essay tasks")
     parser.add_argument("--essay", help="text file or folder of .txt for --haystack essay "
                                         "(default ../shared/data/wikitext-2/test.txt)")
     parser.add_argument("--squad", help="SQuAD json for qa_1 (default ../shared/data's SQuAD 2.0 subset)")
     parser.add_argument("--hotpotqa", help="HotpotQA dev json for qa_2 (not available offline)")
-    parser.add_argument("--depth", type=float, default=None, help="niah/qa answer depth in percent (default: drawn)")
+    parser.add_argument("--depth", type=value_type(Percent), default=None,
+                        help="niah/qa answer depth in percent (default: drawn)")
     parser.add_argument("--words", default="builtin", help="builtin, wonderwords (RULER's lists) or a file")
-    args = parser.parse_args(argv)
+    return parser
 
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.tokenizer == "word":
+        raise ConfigError("--tokenizer word has no fixed vocabulary to count RULER's lengths; name the model's "
+                          "tokenizer")
+    check_output("--out", args.out)  # before the tokenizer loads and the rows are drawn
     tasks = [t.removeprefix("ruler/") for t in (args.tasks or TASK_NAMES)]
     for t in tasks:
         if t not in SPECS:
@@ -780,11 +791,6 @@ def main(argv: Optional[list[str]] = None) -> int:
         except MissingData as err:
             print(f"skipping qa_2: {err}", file=sys.stderr)
             tasks.remove("qa_2")
-    if any(n < 1 for n in args.lengths):
-        raise ConfigError(f"--lengths must be positive token counts, got {args.lengths}")
-    if args.tokenizer == "word":
-        raise ConfigError("--tokenizer word has no fixed vocabulary to count RULER's lengths; name the model's "
-                          "tokenizer")
     from lightning_bench.data.tokenization import build_tokenizer
 
     tokenizer = build_tokenizer(args.tokenizer)

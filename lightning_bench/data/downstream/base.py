@@ -11,6 +11,7 @@ from typing import Optional, Union
 
 import lightning as L
 
+from lightning_bench.data.options import ContextTokens, PositiveInt
 from lightning_bench.data.tasks import default_max_length, expand_tasks, load_rows
 from lightning_bench.data.tokenization import build_tokenizer
 from lightning_bench.errors import ConfigError
@@ -37,11 +38,9 @@ class TaskDataModule(L.LightningDataModule):
 
     def __init__(self, tasks: Union[str, list[str]] = "glue/sst2", data_dir: Optional[str] = None,
                  paths: Optional[dict[str, Union[str, list[str]]]] = None, tokenizer: str = "auto",
-                 max_length: Optional[int] = None, batch_size: int = 16):
-        super().__init__()
+                 max_length: Optional[ContextTokens] = None, batch_size: PositiveInt = 16):
+        super().__init__()  # each subclass saves its arguments, checked against the ranges they declare
         self.task_names = expand_tasks(tasks)
-        if (max_length or 8) < 8 or batch_size < 1:
-            raise ConfigError("--data.max_length must be >= 8 and --data.batch_size >= 1")
         self.tokenizer = None
         self.sources: dict[str, dict] = {}
 

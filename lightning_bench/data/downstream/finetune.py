@@ -17,6 +17,8 @@ from torch.utils.data import DataLoader
 
 from lightning_bench.data.downstream.base import TaskDataModule
 from lightning_bench.data.lm import EpochSeededSampler
+from lightning_bench.data.options import (ContextTokens, Fraction, NonNegativeInt, OpenUnitInterval, PositiveInt,
+                                          checked_arguments)
 from lightning_bench.data.tasks import get_task
 from lightning_bench.data.tasks.finetune import classification_collate, encode_pair, split_groups
 from lightning_bench.errors import ConfigError, MissingData
@@ -37,15 +39,14 @@ class FinetuneDataModule(TaskDataModule):
 
     def __init__(self, tasks: Union[str, list[str]] = "glue/sst2", data_dir: Optional[str] = None,
                  paths: Optional[dict[str, Union[str, list[str]]]] = None, tokenizer: str = "auto",
-                 max_length: Optional[int] = None, batch_size: int = 16, holdout_fraction: float = 0.2,
-                 val_fraction: float = 0.05, split_seed: int = 1234):
+                 max_length: Optional[ContextTokens] = None, batch_size: PositiveInt = 16,
+                 holdout_fraction: OpenUnitInterval = 0.2, val_fraction: Fraction = 0.05,
+                 split_seed: NonNegativeInt = 1234):
         super().__init__(tasks, data_dir, paths, tokenizer, max_length, batch_size)
-        self.save_hyperparameters()
+        self.save_hyperparameters(checked_arguments(FinetuneDataModule.__init__, locals()))
         if len(self.task_names) != 1:
             raise ConfigError(f"the finetune protocol trains one task at a time; got {len(self.task_names)} "
                               f"({', '.join(self.task_names[:4])}...): pass one, e.g. --task glue/sst2")
-        if not 0 < holdout_fraction < 1 or not 0 <= val_fraction < 1:
-            raise ConfigError("--data.holdout_fraction must be in (0, 1) and --data.val_fraction in [0, 1)")
         self.task = get_task(self.task_names[0])
         if self.task.finetune is None:
             finetune_input(self.task.name, {})  # raises the one-line error listing the tasks that can be fine-tuned

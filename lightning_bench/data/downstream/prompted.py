@@ -12,6 +12,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from lightning_bench.data.downstream.base import TaskDataModule
+from lightning_bench.data.options import (ContextTokens, NonNegativeFloat, NonNegativeInt, OpenClosedUnitInterval,
+                                          PositiveInt, checked_arguments)
 from lightning_bench.data.tasks import GenerationSettings, get_task
 from lightning_bench.data.tasks.finetune import passage
 from lightning_bench.data.tasks.rows import local_layout
@@ -81,26 +83,20 @@ class PromptedDataModule(TaskDataModule):
     protocol = "prompted"
 
     def __init__(self, tasks: Union[str, list[str]] = "glue/sst2", data_dir: Optional[str] = None,
-                 paths: Optional[dict[str, Union[str, list[str]]]] = None, num_fewshot: int = 0,
-                 fewshot_seed: int = 1234, fewshot_source: Literal["split", "eval"] = "split",
-                 max_samples: Optional[int] = None, tokenizer: str = "auto", max_length: Optional[int] = None,
-                 batch_size: int = 16, max_new_tokens: Optional[int] = None,
-                 chat_template: Literal["auto", "on", "off"] = "auto", samples: Optional[int] = None,
-                 temperature: Optional[float] = None, top_p: Optional[float] = None, generation_seed: int = 1234,
-                 max_context: Optional[int] = None):
+                 paths: Optional[dict[str, Union[str, list[str]]]] = None, num_fewshot: NonNegativeInt = 0,
+                 fewshot_seed: NonNegativeInt = 1234, fewshot_source: Literal["split", "eval"] = "split",
+                 max_samples: Optional[PositiveInt] = None, tokenizer: str = "auto",
+                 max_length: Optional[ContextTokens] = None, batch_size: PositiveInt = 16,
+                 max_new_tokens: Optional[PositiveInt] = None, chat_template: Literal["auto", "on", "off"] = "auto",
+                 samples: Optional[PositiveInt] = None, temperature: Optional[NonNegativeFloat] = None,
+                 top_p: Optional[OpenClosedUnitInterval] = None, generation_seed: NonNegativeInt = 1234,
+                 max_context: Optional[ContextTokens] = None):
         super().__init__(tasks, data_dir, paths, tokenizer, max_length, batch_size)
-        self.save_hyperparameters()
-        if num_fewshot < 0 or (max_samples is not None and max_samples < 1) or (max_new_tokens or 1) < 1:
-            raise ConfigError("--data.num_fewshot must be >= 0, --data.max_samples >= 1 and --data.max_new_tokens >= 1")
+        self.save_hyperparameters(checked_arguments(PromptedDataModule.__init__, locals()))
         if chat_template not in ("auto", "on", "off"):
             raise ConfigError(f"unknown --data.chat_template {chat_template!r}; valid: auto, on, off")
-        if (samples or 1) < 1 or (temperature or 0.0) < 0 or not 0 < (top_p if top_p is not None else 1.0) <= 1:
-            raise ConfigError("--data.samples must be >= 1, --data.temperature >= 0 and --data.top_p in (0, 1]")
         if fewshot_source not in ("split", "eval"):
             raise ConfigError(f"unknown --data.fewshot_source {fewshot_source!r}; valid: split, eval")
-        if max_context is not None and (isinstance(max_context, bool) or not isinstance(max_context, int)
-                                        or max_context < 8):
-            raise ConfigError(f"--data.max_context must be a number of tokens >= 8, got {max_context!r}")
         self.requests: list[Request] = []
 
     def setup(self, stage: str = "test") -> None:
