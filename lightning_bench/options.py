@@ -18,3 +18,7 @@ def number_range(name: str, base: type, restrictions: list[tuple], docstring: st
     already registered for the same range."""
     key = (tuple(sorted(restrictions)), base, "and")
     return jtyping.registered_types.get(key) or restricted_number_type(name, base, restrictions, docstring=docstring)
+
+
+# shared ranges: a share evicted or held out ([0, 1): all would leave nothing)
+Fraction = number_range("Fraction", float, [(">=", 0.0), ("<", 1.0)])

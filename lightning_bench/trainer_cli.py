@@ -22,6 +22,7 @@ from typing import Literal, Optional, get_args, get_origin
 import yaml
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from jsonargparse import lazy_instance
+from jsonargparse.typing import PositiveInt
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 
@@ -30,6 +31,7 @@ from lightning_bench.checkpoints import SPECIAL_CKPT_PATHS, load_checkpoint, mod
 from lightning_bench.console import console_callbacks, quiet_lightning
 from lightning_bench.errors import PROG, ConfigError, fail, parser_error_line, unknown_name
 from lightning_bench.models import MODEL_ALIASES, TransformerLM
+from lightning_bench.options import Fraction
 from lightning_bench.results.io import check_output
 from lightning_bench.results.naming import latest_run_folder, new_run_id
 from lightning_bench.results.recorder import run_name
@@ -70,12 +72,12 @@ class LightningBenchCLI(LightningCLI):
         # KV-cache eviction during validate/test/predict (`--sparsity h2o` = `--sparsity.method h2o`)
         parser.add_argument("--sparsity.method", type=Optional[str], default=None,
                             help="KV eviction method (lightning_bench.sparsity.METHODS); none = dense")
-        parser.add_argument("--sparsity.ratio", type=Optional[float], default=None, help="fraction evicted, [0, 1)")
-        parser.add_argument("--sparsity.budget_tokens", type=Optional[int], default=None,
+        parser.add_argument("--sparsity.ratio", type=Optional[Fraction], default=None, help="fraction evicted, [0, 1)")
+        parser.add_argument("--sparsity.budget_tokens", type=Optional[PositiveInt], default=None,
                             help="fixed cache budget instead of a ratio")
-        parser.add_argument("--sparsity.chunk_size", type=int, default=16,
+        parser.add_argument("--sparsity.chunk_size", type=PositiveInt, default=16,
                             help="tokens fed per streaming step (1 = exact per-token streaming)")
-        parser.add_argument("--sparsity.interval", type=int, default=1, help="compress every N chunks")
+        parser.add_argument("--sparsity.interval", type=PositiveInt, default=1, help="compress every N chunks")
         parser.add_argument("--sparsity.params", type=Optional[dict], default=None,
                             help="the method's parameters, e.g. '{recent_ratio: 0.3}' (sparsity/methods.py)")
         parser.add_argument("--sparsity.rounding", type=Literal["ceil", "floor"], default="ceil",
@@ -183,7 +185,10 @@ class LightningBenchCLI(LightningCLI):
             raise ConfigError(f"--trainer.precision {cfg.trainer.precision} contradicts --bits {cfg.bits}; "
                               "set precision with --bits only")
         kwargs["precision"] = precision
+        check_trainer_values(cfg.trainer)
         print(f"{PROG}: --bits {cfg.bits}: {note}", file=sys.stderr)
+        if isinstance(self.datamodule, LMDataModule):
+            self.datamodule.tokenized_cache()  # the cache folder checked now, before weights load or text is read
         self._default_window(cfg)
         name = run_name(self.model, self.datamodule, cfg.bits)
         if cfg.wandb:
@@ -392,6 +397,14 @@ def _take_tasks(argv: list[str]) -> tuple[list[str], list[str], Optional[str]]:
     if protocol == "finetune" and subcommand != "fit" and ckpt:
         print(f"{PROG}: {ckpt}: scoring with the finetune protocol (its task head)", file=sys.stderr)
     return rest, tasks, PROTOCOL_CLASSES[protocol]
+
+
+def check_trainer_values(trainer) -> None:
+    """Values Lightning accepts and then fails on mid-run (`val_check_interval 0` divides by it)."""
+    for name in ("val_check_interval", "check_val_every_n_epoch", "log_every_n_steps", "accumulate_grad_batches"):
+        value = trainer.get(name)
+        if value is not None and not isinstance(value, bool) and value <= 0:
+            raise ConfigError(f"--trainer.{name}: got {value}; expected a number > 0")
 
 
 def option_given(argv: list[str], group: str, name: str) -> bool:

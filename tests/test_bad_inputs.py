@@ -16,7 +16,9 @@ from typing import Callable, Optional
 import pytest
 
 from tests.conftest import FIXTURES
+from tests.test_cli import run  # (imports lightning now: its log handler must not bind to a test's captured stderr)
 
+PRESET = FIXTURES.parent.parent / "configs" / "compare" / "transformer_small.yaml"
 TINY = ["--model", "transformer", "--model.n_layer", "1", "--model.d_model", "32", "--model.n_head", "2",
         "--model.warmup_steps", "2", "--trainer.max_steps", "2", "--trainer.enable_progress_bar", "false",
         "--trainer.enable_model_summary", "false"]
@@ -135,15 +137,15 @@ CASES: dict[str, Case] = {
     "unknown model alias": Case(lambda p: ["fit", "--model", "bq"], "unknown model 'bq'"),
     "unknown data alias": Case(lambda p: ["fit", "--data", "ptbb"], "unknown data 'ptbb'"),
     "unknown option": Case(lambda p: p.fit("--model.n_layers", "2"), "--model.n_layers"),
-    "unknown task": Case(lambda p: ["test", "--task", "glue/nope"], "glue/nope"),
+    "unknown task": Case(lambda p: ["test", "--task", "glue/nope"], "unknown glue task 'nope'"),
     "sparsity with fit": Case(lambda p: p.fit("--sparsity", "h2o"), "--sparsity"),
     "unknown sparsity method": Case(lambda p: ["test", *TINY[:8], *p.data(), "--sparsity", "nope"], "nope"),
     "sparsity ratio 1.5": Case(lambda p: ["test", *TINY[:8], *p.data(), "--sparsity", "h2o", "--sparsity.ratio", "1.5"],
                                "--sparsity.ratio"),
-    "sparsity chunk_size 0": Case(lambda p: ["test", *TINY[:8], *p.data(), "--sparsity", "h2o",
-                                             "--sparsity.chunk_size", "0"], "--sparsity.chunk_size"),
-    "sparsity interval 0": Case(lambda p: ["test", *TINY[:8], *p.data(), "--sparsity", "h2o",
-                                           "--sparsity.interval", "0"], "--sparsity.interval"),
+    "sparsity chunk_size 0": Case(lambda p: ["test", *TINY[:8], *p.data(), "--sparsity", "h2o", "--sparsity.ratio",
+                                             "0.5", "--sparsity.chunk_size", "0"], "--sparsity.chunk_size"),
+    "sparsity interval 0": Case(lambda p: ["test", *TINY[:8], *p.data(), "--sparsity", "h2o", "--sparsity.ratio",
+                                           "0.5", "--sparsity.interval", "0"], "--sparsity.interval"),
     "sparsity budget_tokens -1": Case(lambda p: ["test", *TINY[:8], *p.data(), "--sparsity", "h2o",
                                                  "--sparsity.budget_tokens", "-1"], "--sparsity.budget_tokens"),
     "flop counter unknown": Case(lambda p: p.fit("--flop_counter", "bogus"), "flop counter"),
@@ -190,7 +192,8 @@ CASES: dict[str, Case] = {
     # --- multi_dataset ----------------------------------------------------------------------------
     "multi_dataset empty seeds": Case(lambda p: ["multi_dataset", "--config", p.file(
         "md.yaml", f"datasets: [tiny={p.corpus}]\nseeds: []\n")], "seeds"),
-    "multi_dataset results_dir under /proc": Case(lambda p: ["multi_dataset", "--datasets", f"tiny={p.corpus}",
+    "multi_dataset results_dir under /proc": Case(lambda p: ["multi_dataset", "--config", str(PRESET),
+                                                             "--datasets", f"tiny={p.corpus}",
                                                              "--seeds", "1", "--results_dir", _proc(p), "--", *TINY],
                                                   "--results_dir"),
     "multi_dataset unknown dataset": Case(lambda p: ["multi_dataset", "--datasets", "nope", "--seeds", "1"], "nope"),
@@ -263,8 +266,6 @@ def results_left(tmp: Path) -> list[str]:
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_bad_input_is_one_line_and_leaves_nothing(name, tiny_corpus, tmp_path, capsys, monkeypatch):
-    from tests.test_cli import run
-
     argv, env = prepare(name, tiny_corpus, tmp_path)
     for key, value in env.items():
         monkeypatch.setenv(key, value)

@@ -172,7 +172,7 @@ def test_a_group_stopped_mid_way_resumes_after_its_last_finished_example(tiny_hf
 
 @pytest.mark.parametrize("args, message", [
     (["--tasks", "xsum", "--methods", "dense", "h2x"], "unknown sparsity method 'h2x'; valid: cab, cab_v3"),
-    (["--tasks", "xsum", "--sparsity", "1.0"], "--sparsity 1.0 is outside [0, 1)"),
+    (["--tasks", "xsum", "--sparsity", "1.0"], "--sparsity: got '1.0'; expected a float in [0, 1)"),
     (["--tasks", "xsumm"], "unknown benchmark or task 'xsumm'; valid: groups"),
     (["--tasks", "xsum", "--budget_tokens", "100000"], "--budget_tokens 100000 is larger than the shortest prompt"),
     (["--tasks", "glue/sst2"], "glue/sst2 is scored by log-likelihood, not generated"),

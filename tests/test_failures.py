@@ -65,7 +65,7 @@ BAD_INPUTS = {
                                   "no/model': no such folder or file"),
     "malformed yaml": (lambda c, t: ["fit", "--config", _bad_yaml(t)], "bad.yaml: invalid YAML at line 4"),
     "eval_stride 0": (lambda c, t: ["fit", *_tiny(c, "--data.eval_stride", "0")],
-                      "--data.eval_stride must be in [1, seq_len=16], got 0"),
+                      "--data.eval_stride: got '0'; expected an int > 0 or null"),
     "validate last without a checkpoint": (lambda c, t: ["validate", *_tiny(c, "--ckpt_path", "last")],
                                            "--ckpt_path last: no checkpoint in checkpoints"),
     # fails in the model's setup, after Lightning has written config.yaml and hparams.yaml

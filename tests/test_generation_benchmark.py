@@ -204,8 +204,8 @@ def test_resume_skips_finished_cells_and_refuses_another_protocol(tiny_model, ti
 
 BAD = {
     "unknown method": (dict(methods=("dense", "h3o")), "unknown sparsity method 'h3o'; valid:"),
-    "sparsity 1": (dict(sparsity=("1.0",)), "--sparsity 1.0 is outside [0, 1)"),
-    "negative sparsity": (dict(sparsity=("-0.1",)), "--sparsity -0.1 is outside [0, 1)"),
+    "sparsity 1": (dict(sparsity=("1.0",)), "--sparsity: got '1.0'; expected a float in [0, 1)"),
+    "negative sparsity": (dict(sparsity=("-0.1",)), "--sparsity: got '-0.1'; expected a float in [0, 1)"),
     "longer than the data": (dict(ctx=("300",)), "longer than the data (tiny's test split: 250 tokens)"),
     "longer than the model": (dict(ctx=("510",)), "longer than the model's max context (512)"),
     "too few windows": (dict(ctx=("100",)), "2 non-overlapping windows of context + continuation = 104 tokens, "

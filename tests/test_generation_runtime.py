@@ -114,7 +114,7 @@ def test_chat_template_on_without_one_and_bad_sampling_are_errors(gpt2):
         dm.render("xsum", "x")
     with pytest.raises(ConfigError, match="need --data.temperature > 0"):
         PromptedDataModule(tasks="humaneval", samples=5).sampling("humaneval")
-    with pytest.raises(ConfigError, match="--data.top_p in"):
+    with pytest.raises(ConfigError, match=r"--data.top_p: got 0.0; expected a float in \(0, 1\]"):
         PromptedDataModule(tasks="humaneval", top_p=0.0)
     with pytest.raises(ConfigError, match="valid: auto, on, off"):
         PromptedDataModule(tasks="xsum", chat_template="yes")

@@ -49,7 +49,7 @@ def test_the_set_of_the_requested_length_is_read(ruler_dir):
     assert "max_context 5000 has no ruler set; its sets are 4096, 8192, 16384" in _one_line(err)
     with pytest.raises(ConfigError) as err:
         PromptedDataModule(tasks="xsum", max_context=4)
-    assert "--data.max_context must be a number of tokens >= 8" in _one_line(err)
+    assert "--data.max_context: got 4; expected an int >= 8" in _one_line(err)
 
 
 def _downstream(tiny_hf, data_dir, results_dir, *extra):

@@ -374,7 +374,7 @@ def test_presets_load_and_validate_with_the_sweep_parser(preset, monkeypatch):
     ({"model": {"class_path": "lightning_bench.models.MambaLM", "init_args": {"d_model": 16, "n_layer": 1}}}, [],
      "no KV cache"),
     ({"bogus": 1}, [], "bogus"),
-    ({}, ["--streaming.chunk_size", "0"], "chunk_size must be a positive integer"),
+    ({}, ["--streaming.chunk_size", "0"], "--streaming.chunk_size: got '0'; expected an int > 0"),
     ({}, ["--datasets.tiny.split", "train"], "unknown split for dataset 'tiny'"),
     ({"model": {"class_path": "lightning_bench.models.HFLanguageModel",
                 "init_args": {"pretrained": "${oc.env:LB_TEST_UNSET_DIR}"}}}, [], "LB_TEST_UNSET_DIR"),

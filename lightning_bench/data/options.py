@@ -19,14 +19,12 @@ from jsonargparse.typing import (ClosedUnitInterval, NonNegativeFloat, NonNegati
                                  restricted_string_type)
 
 from lightning_bench.errors import ConfigError, describe_range
-from lightning_bench.options import number_range
+from lightning_bench.options import Fraction, number_range
 
 __all__ = ["ClosedUnitInterval", "ContextTokens", "DatasetName", "Fraction", "NonNegativeFloat", "NonNegativeInt",
            "OneLineParser", "OpenClosedUnitInterval", "OpenUnitInterval", "Percent", "PositiveInt", "checked_arguments",
            "value_type"]
 
-
-Fraction = number_range("Fraction", float, [(">=", 0.0), ("<", 1.0)])  # held out: 1 would leave nothing to train
 OpenClosedUnitInterval = number_range("OpenClosedUnitInterval", float, [(">", 0.0), ("<=", 1.0)])
 Percent = number_range("Percent", float, [(">=", 0.0), ("<=", 100.0)])
 ContextTokens = number_range("ContextTokens", int, [(">=", 8)])  # room for a prompt's template and an answer

@@ -31,6 +31,7 @@ import dataclasses
 import hashlib
 import importlib
 import json
+import os
 import shlex
 import statistics
 import sys
@@ -42,8 +43,9 @@ import yaml
 
 from lightning_bench.errors import PROG, ConfigError, unknown_name
 from lightning_bench.experiments.core.aggregate import STD_KIND, sample_std
-from lightning_bench.experiments.core.config import check_name, check_unique, parse_command
-from lightning_bench.results.io import read_json, write_json_atomic
+from lightning_bench.experiments.core.config import Seed, check_name, check_unique, parse_command
+from lightning_bench.results.io import check_output, read_json, write_json_atomic
+from lightning_bench.results.naming import RUN_ID
 from lightning_bench.results.meta import run_meta
 
 COMMAND = "multi_dataset"
@@ -83,7 +85,7 @@ class MultiDatasetConfig:
     """the fit config every cell starts from (e.g. configs/compare/bk_small.yaml)"""
     datasets: list[str] = field(default_factory=list)
     """data aliases (ptb, wikitext2, ...) or NAME=DIR for a local text folder"""
-    seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
+    seeds: list[Seed] = field(default_factory=lambda: [1, 2, 3])
     """seed_everything of each run (default: the comparison recipe's 1 2 3)"""
     results_dir: str = "benchmark_results"
     """where the cells' folders and the summary are written"""
@@ -96,6 +98,8 @@ class MultiDatasetConfig:
                               "local text folder)")
         self.data = [parse_dataset(spec) for spec in self.datasets]
         check_unique("--datasets", [d.name for d in self.data], "dataset")
+        if not self.seeds:
+            raise ConfigError("--seeds is empty; give at least one seed (e.g. --seeds 1 2 3)")
         check_unique("--seeds", self.seeds, "seed")
         for arg in self.fit_args:
             if arg.split("=", 1)[0] in RESERVED:
@@ -147,18 +151,27 @@ def model_name_of(preset: dict, extra: list[str]) -> str:
     return getattr(cls, "alias", name)
 
 
+def _latest_record(cell: Path, test: bool) -> Optional[Path]:
+    """The cell's latest fit or test record: the file its bare name points at (results/naming.py: each run
+    writes `{stem}_{run_id}.json` and `{stem}.json` names the latest); a pointer whose file is gone is none."""
+    pointers = [p for p in sorted(cell.glob("*.json")) if not RUN_ID.search(p.name) and p.exists()
+                and p.stem.endswith("_test") == test and not p.stem.endswith("_validate")]
+    if not pointers:
+        return None
+    return cell / os.readlink(pointers[0]) if pointers[0].is_symlink() else pointers[0]
+
+
 def _test_record(cell: Path) -> Optional[Path]:
-    found = sorted(cell.glob("*_test.json"))
-    return found[0] if found else None
+    return _latest_record(cell, test=True)
 
 
 def _fit_record(cell: Path) -> Optional[Path]:
-    found = sorted(p for p in cell.glob("*.json") if not p.stem.endswith(("_test", "_validate")))
-    return found[0] if found else None
+    return _latest_record(cell, test=False)
 
 
 def _last_checkpoint(cell: Path) -> Optional[Path]:
-    found = sorted(cell.glob("checkpoints/*/last*.ckpt"), key=lambda p: p.stat().st_mtime)
+    """The newest `last.ckpt` (checkpoints/<configuration>/<run id>/ since runs have ids; one level less before)."""
+    found = sorted(cell.glob("checkpoints/**/last*.ckpt"), key=lambda p: p.stat().st_mtime)
     return found[-1] if found else None
 
 
@@ -257,6 +270,7 @@ def main(argv: list[str]) -> int:
     fit_args = [] if extra is None else ["--fit_args", json.dumps(extra)]  # `--` replaces the config's fit_args
     cfg = parse_command(COMMAND, MultiDatasetConfig, [*preset_as_config(own), *fit_args],
                         description=MultiDatasetConfig.__doc__).config
+    check_output("--results_dir", cfg.results_dir)  # before the first fit, not after it
     extra = cfg.fit_args
     model = model_name_of(cfg.preset_yaml if isinstance(cfg.preset_yaml, dict) else {}, extra)
     config = {"preset": cfg.preset, "preset_sha256": hashlib.sha256(Path(cfg.preset).read_bytes()).hexdigest(),

@@ -32,7 +32,7 @@ from lightning_bench.errors import ConfigError, DivergedError
 from lightning_bench.evaluation.token_nll import head_nll, logits_nll
 from lightning_bench.evaluation.windows import IGNORE_INDEX
 from lightning_bench.models.sequence_head import SequenceHead, last_token_pool
-from lightning_bench.options import number_range
+from lightning_bench.options import Fraction
 from lightning_bench.profiling.flops import AnalyticFlops
 from lightning_bench.quantization.fake_quant import QuantizableLayers
 
@@ -41,7 +41,6 @@ PROMPTED_KINDS = ("loglikelihood", "next_token", "generate")
 # The ranges of the model options are their annotations (jsonargparse.typing: PositiveInt, ...): the CLI
 # refuses a value outside them while parsing, and --help shows them. [0, 1) is a dropout probability or an
 # AdamW beta (1 drops everything / never forgets a gradient).
-Fraction = number_range("Fraction", float, [(">=", 0.0), ("<", 1.0)])
 Betas = tuple[Fraction, Fraction]
 
 

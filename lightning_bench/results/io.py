@@ -57,12 +57,12 @@ def check_output(option: str, path: str | Path, kind: str = "folder") -> Path:
 
     path = Path(path)
     folder = path if kind == "folder" else path.parent
-    if kind == "file" and path.is_dir():
-        raise ConfigError(f"{option} {path}: is a folder; name a file to write")
-    if folder.exists() and not folder.is_dir():
-        raise ConfigError(f"{option} {path}: {folder} is a file, not a folder; choose another {option}")
     created = []
-    try:
+    try:  # (even a look at a path can fail: a name too long for the file system raises)
+        if kind == "file" and path.is_dir():
+            raise ConfigError(f"{option} {path}: is a folder; name a file to write")
+        if folder.exists() and not folder.is_dir():
+            raise ConfigError(f"{option} {path}: {folder} is a file, not a folder; choose another {option}")
         for parent in reversed([folder, *folder.parents]):
             if not parent.exists():
                 parent.mkdir()

@@ -11,6 +11,15 @@ The argparse spellings of the earlier commands still parse (`normalize_argv`): h
 boolean flags (`--rerotate`), so documented command lines keep working.
 
 Every error is one `lightning_bench: error: COMMAND: ...` line (a ConfigError, printed by cli.main).
+
+Ranges are declared once, on the option: a numeric field's annotation is a jsonargparse restricted type
+(`interval: PositiveInt`, `sparsity: list[Fraction]`, `seeds: list[Seed]`), so jsonargparse refuses a
+value outside it while parsing, `--help` shows it, and errors.parser_error_line names the flag and the
+range (`--max_new_tokens: got '-1'; expected an int > 0`). Besides jsonargparse's own (PositiveInt,
+NonNegativeInt, NonNegativeFloat, ...), the ranges below are made with lightning_bench.options.number_range,
+which returns the type models or data already registered for the same range under the same name
+(jsonargparse refuses a second name for one range). `__post_init__` keeps the checks between fields
+(`--seeds` or `--num_runs`, a method's parameters, an empty list).
 """
 
 from __future__ import annotations
@@ -26,9 +35,17 @@ import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser
 
 from lightning_bench.errors import PROG, ConfigError, parser_error_line
+from lightning_bench.options import number_range
 
+Fraction = number_range("Fraction", float, [(">=", 0.0), ("<", 1.0)])  # a sparsity: 1 would evict everything
+OpenClosedUnitInterval = number_range("OpenClosedUnitInterval", float, [(">", 0.0), ("<=", 1.0)])  # top_p
+ContextTokens = number_range("ContextTokens", int, [(">=", 8)])  # room for a prompt's template and an answer
+# numpy's and Lightning's seed range (seed_everything replaces a seed outside it by a random one)
+Seed = number_range("Seed", int, [(">=", 0), ("<=", 2**32 - 1)])
 PARSER_MODE = "omegaconf"  # `${oc.env:VAR,default}` in presets; otherwise plain YAML
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# a nested config's own error line, quoted among the Union's errors: `Parser key "sparsity_sweep": ... - --x: ...`
+_NESTED = re.compile(r'^Parser key "([^"]+)":[\s\S]*?^\s*- --([\w.]+): (.*)$', re.M)
 
 
 class _OneLineParser(ArgumentParser):
@@ -37,7 +54,11 @@ class _OneLineParser(ArgumentParser):
     argv: list[str] = []
 
     def error(self, message: str, ex: Optional[Exception] = None):
-        text = parser_error_line(message, self.argv)  # the flag, the value given, what is allowed
+        if not self.prog.startswith(PROG):  # the parser of a nested config (Optional[SparsitySweep]): the line
+            raise ConfigError(parser_error_line(message)) from ex  # goes into its parent's message, unprefixed
+        nested = _NESTED.search(str(message))
+        text = (f"--{nested.group(1)}.{nested.group(2)}: {nested.group(3)}" if nested
+                else parser_error_line(message, self.argv))  # the flag, the value given, what is allowed
         if "not an option here" in text or "unrecognized arguments" in text:  # say what is
             options = sorted(a.option_strings[0] for a in self._actions if a.option_strings and
                              "." not in a.option_strings[0] and a.option_strings[0] not in ("-h", "--help"))
@@ -62,6 +83,8 @@ def parse_command(command: str, config_class: type, argv: list[str], description
     parser = _OneLineParser(prog=f"{PROG} {command}", description=description, parser_mode=PARSER_MODE,
                             exit_on_error=False)
     parser.argv = list(argv)  # error messages name the flags as typed
+    for path in _config_files(argv):
+        check_config_file(command, path)
     parser.add_argument("--config", action=ActionConfigFile, help="a YAML preset of this command's options")
     parser.add_class_arguments(config_class, nested_key=None, fail_untyped=True, sub_configs=True)
     try:
@@ -76,8 +99,50 @@ def parse_command(command: str, config_class: type, argv: list[str], description
     files = [Path(str(f)) for f in (namespace.pop("config", None) or []) if f is not None]
     resolved = json.loads(json.dumps(namespace.as_dict(), default=str))  # plain data: lists, not tuples
     init = parser.instantiate(namespace)
-    config = config_class(**{f.name: init[f.name] for f in dataclasses.fields(config_class) if f.init})
+    config = config_class(**{f.name: _plain(init[f.name]) for f in dataclasses.fields(config_class) if f.init})
     return Parsed(config, resolved, files)
+
+
+def _config_files(argv: list[str]) -> list[Path]:
+    """The existing files given to --config (jsonargparse also takes a YAML string there)."""
+    values = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--config"]
+    values += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
+    return [Path(v) for v in values if Path(v).is_file()]
+
+
+def check_config_file(command: str, path: Path) -> None:
+    """One line naming the file: jsonargparse parses a config file's text as `<unicode string>` and says
+    only "Unexpected config" for an empty file or a list."""
+    expected = f"expected a mapping of {command}'s options (`key: value` lines; see --print_config)"
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise ConfigError(f"{command}: --config {path}: cannot read it ({err.strerror})") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ConfigError(f"{command}: --config {path}: not valid YAML: {where}{getattr(err, 'problem', None) or err}"
+                          ) from None
+    if loaded is None:
+        raise ConfigError(f"{command}: --config {path} is empty; {expected}")
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{command}: --config {path} holds a {type(loaded).__name__}; {expected}")
+
+
+def _plain(value):
+    """Restricted ints and floats (jsonargparse.typing) as plain ones, in lists, dicts and nested configs:
+    yaml.safe_dump and torch.load(weights_only=True) know only the plain types."""
+    base = getattr(type(value), "_type", None)
+    if base in (int, float) and isinstance(value, base) and type(value) is not base:
+        return base(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            object.__setattr__(value, f.name, _plain(getattr(value, f.name)))
+    return value
 
 
 def _kind(hint) -> tuple[Optional[str], Optional[type]]:
@@ -132,8 +197,3 @@ def check_name(what: str, name: str) -> str:
     if not _NAME.match(str(name)):
         raise ConfigError(f"{what} {name!r} must be letters, digits, '_', '-' or '.'")
     return str(name)
-
-
-def check_at_least(option: str, value, minimum: int) -> None:
-    if value is not None and value < minimum:
-        raise ConfigError(f"{option} must be >= {minimum}, got {value}")

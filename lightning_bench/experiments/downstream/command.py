@@ -21,8 +21,10 @@ from __future__ import annotations
 import re
 import shlex
 import time
+from contextlib import closing
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -30,14 +32,15 @@ from lightning_bench.errors import PROG, ConfigError
 from lightning_bench.data.downstream.prompted import check_window
 from lightning_bench.data.tasks import default_max_length, get_task
 from lightning_bench.experiments.core.config import check_name, parse_command
-from lightning_bench.experiments.core.store import CellFolder
+from lightning_bench.experiments.core.store import CellFolder, claim
 from lightning_bench.experiments.downstream.config import DownstreamConfig
-from lightning_bench.experiments.downstream.progress import GroupProgress
+from lightning_bench.experiments.downstream.progress import GroupProgress, group_name
 from lightning_bench.experiments.downstream.prompts import TaskPrompts, build_prompts, shortest_context
 from lightning_bench.experiments.downstream.report import log_wandb, write_report
 from lightning_bench.experiments.downstream.scoring import per_example, predictions, primary_metric, score_cell
 from lightning_bench.experiments.generation.command import _device
 from lightning_bench.profiling.memory import CallPeakMemory
+from lightning_bench.results.io import check_output
 from lightning_bench.results.meta import run_meta
 
 COMMAND = "downstream"
@@ -190,17 +193,104 @@ def _groups(grid: list) -> list[list]:
     return list(out.values())
 
 
+@dataclass
+class _Run:
+    """What the groups of one driver call share."""
+
+    net: torch.nn.Module
+    cfg: DownstreamConfig
+    prompts: dict[str, TaskPrompts]
+    tokenizer: object
+    memory: CallPeakMemory
+    folder: Path
+    cells: CellFolder
+    params: Callable
+    protocol_of: Callable
+    meta_extra: dict  # the command line and the data provenance, in every cell's meta
+    position: dict[str, int]  # cell key -> its place in the grid, for the log
+    done_before: set[str] = field(default_factory=set)  # cells finished before this call started
+
+    def say(self, cell, text: str) -> None:
+        print(f"{PROG} {COMMAND}: [{self.position[cell.key]}/{len(self.position)}] {cell.key}: {text}", flush=True)
+
+    def finished(self, cell) -> Optional[dict]:
+        """The cell's record if a run finished it (None for a damaged file, set aside); a record made under
+        other settings is refused: it would be mixed with this call's cells."""
+        record = self.cells.verified(cell)
+        if record is not None and record.get("protocol") != self.protocol_of(cell):
+            raise ConfigError(f"{self.cells.path(cell)} was made under other settings (model, data, lengths, "
+                              "sampling, chat template, interval, method parameters or device); use another --name")
+        return record
+
+    def group(self, group: list) -> dict[str, dict]:
+        """The records of one group (task, protocol, seed), with its lock held: those a run finished (this
+        one before, or another meanwhile), and the others computed now."""
+        records = {cell.key: self.finished(cell) for cell in group}
+        for cell in group:
+            if records[cell.key] is not None:
+                who = "done before" if cell.key in self.done_before else "done by another run"
+                self.say(cell, f"{who} ({self.cells.path(cell)})")
+        todo = [cell for cell in group if records[cell.key] is None]
+        if todo:
+            records.update(self.compute(todo))
+        return records
+
+    def compute(self, todo: list) -> dict[str, dict]:
+        start = time.perf_counter()
+        torch.manual_seed(todo[0].seed)
+        progress = GroupProgress(self.folder / "partial", todo, self.protocol_of)
+        made = run_group(self.net, todo, self.cfg, self.prompts[todo[0].task], self.tokenizer, self.params,
+                         self.memory, progress)
+        seconds = time.perf_counter() - start
+        records = {}
+        for cell, result in zip(todo, made):
+            record = {**result, "protocol": self.protocol_of(cell),
+                      "meta": run_meta(seed=cell.seed, extra=self.meta_extra)}
+            self.cells.write(cell, record, checksum=True)
+            records[cell.key] = record
+            m = record["metrics"].get(record["primary_metric"])
+            self.say(cell, f"{record['primary_metric']} {m if m is None else round(m, 2)}  kept "
+                           f"{record['cache']['kept_fraction_of_compressed']:.2f} of the compressed tokens")
+        progress.clear()
+        print(f"{PROG} {COMMAND}: {len(todo)} cells of {_group_label(todo[0])} in {seconds:.1f} s (one prefill per "
+              "example)", flush=True)
+        return records
+
+
+def _group_label(cell) -> str:
+    return f"{cell.task} / {cell.protocol} / seed {cell.seed}"
+
+
+def _network(cfg: DownstreamConfig, module, tokenizer, device: torch.device):
+    """(the network on `device`, the quantization record or None)."""
+    from lightning_bench.sparsity.decode import resolve_network
+
+    quantization = None
+    if cfg.bits in (8, 4):  # bitsandbytes low-bit Linear layers straight from the checkpoint, as `test --bits`
+        quantization = module.load_quantized(cfg.bits, tokenizer.vocab_size)
+        net = module.net.to(device).eval()
+    else:
+        net = module.build_network(tokenizer.vocab_size).to(device).eval()
+    resolve_network(net)  # a model without a KV cache: one line, before any cell runs
+    return net, quantization
+
+
+def _check_outputs(cfg: DownstreamConfig) -> Path:
+    """The experiment folder, checked before any model loads."""
+    check_output("--results_dir", cfg.results_dir)
+    return check_output("--name", Path(cfg.results_dir) / check_name("--name", cfg.name))
+
+
 def main(argv: list[str]) -> int:
     from lightning_bench.data.tokenization import build_tokenizer
     from lightning_bench.models import HFLanguageModel
-    from lightning_bench.sparsity.decode import resolve_network
 
     parsed = parse_command(COMMAND, DownstreamConfig, list(argv), description=DownstreamConfig.__doc__)
     cfg = parsed.config
+    folder = _check_outputs(cfg)
     device = _device(cfg.device)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
-    name = check_name("--name", cfg.name)
     module = HFLanguageModel(cfg.model.pretrained, dtype=cfg.weights_dtype(), revision=cfg.model.revision)
     limit = module.max_seq_len
     if cfg.max_context is not None and cfg.max_length is None:
@@ -212,17 +302,8 @@ def main(argv: list[str]) -> int:
     tokenizer = build_tokenizer(source["name"], **source.get("kwargs", {}))
     prompts, provenance = build_prompts(cfg, tokenizer, max_length)
     _check_budgets(cfg, prompts)
-    quantization = None
-    if cfg.bits in (8, 4):  # bitsandbytes low-bit Linear layers straight from the checkpoint, as `test --bits`
-        quantization = module.load_quantized(cfg.bits, tokenizer.vocab_size)
-        net = module.net.to(device).eval()
-    else:
-        net = module.build_network(tokenizer.vocab_size).to(device).eval()
-    resolve_network(net)  # a model without a KV cache: one line, before any cell runs
+    net, quantization = _network(cfg, module, tokenizer, device)
 
-    folder = Path(cfg.results_dir) / name
-    cells = CellFolder(folder / "cells", CELL_FILE, "use another --name")
-    memory = CallPeakMemory(device)
     config = {"command": COMMAND, **parsed.resolved, "tasks": cfg.tasks, "max_length": max_length,
               "model": _model_record(cfg, quantization),
               "device": str(device), "device_type": device.type, "threads": torch.get_num_threads(), "batch_size": 1}
@@ -235,46 +316,22 @@ def main(argv: list[str]) -> int:
         return out
 
     grid = cfg.cells()
-    protocol_of = lambda cell: _protocol(config, prompts[cell.task], cell.method, params(cell))  # noqa: E731
-    done = {}  # finished cells, checked before anything runs (damaged files are moved aside by `verified`)
-    for cell in grid:
-        record = cells.verified(cell)
-        if record is not None and record.get("protocol") != protocol_of(cell):
-            raise ConfigError(f"{cells.path(cell)} was made under other settings (model, data, lengths, sampling, "
-                              "chat template, interval, method parameters or device); use another --name")
-        done[cell.key] = record
+    run = _Run(net, cfg, prompts, tokenizer, CallPeakMemory(device), folder,
+               CellFolder(folder / "cells", CELL_FILE, "use another --name"), params,
+               lambda cell: _protocol(config, prompts[cell.task], cell.method, params(cell)),
+               {"command": command, "data": provenance}, {cell.key: i for i, cell in enumerate(grid, 1)})
+    # before anything runs: a cell made under other settings is refused, a damaged one set aside
+    run.done_before = {cell.key for cell in grid if run.finished(cell) is not None}
     records = {}
-    position = {cell.key: i for i, cell in enumerate(grid, 1)}
-    for group in _groups(grid):
-        todo = [cell for cell in group if done[cell.key] is None]
-        for cell in group:
-            if done[cell.key] is not None:
-                print(f"{PROG} {COMMAND}: [{position[cell.key]}/{len(grid)}] {cell.key}: done before "
-                      f"({cells.path(cell)})", flush=True)
-                records[cell.key] = done[cell.key]
-        if not todo:
-            continue
-        start = time.perf_counter()
-        torch.manual_seed(todo[0].seed)
-        progress = GroupProgress(folder / "partial", todo, protocol_of)
-        made = run_group(net, todo, cfg, prompts[todo[0].task], tokenizer, params, memory, progress)
-        seconds = time.perf_counter() - start
-        for cell, result in zip(todo, made):
-            record = {**result, "protocol": protocol_of(cell),
-                      "meta": run_meta(seed=cell.seed, extra={"command": command, "data": provenance})}
-            cells.write(cell, record, checksum=True)
-            records[cell.key] = record
-            m = record["metrics"].get(record["primary_metric"])
-            print(f"{PROG} {COMMAND}: [{position[cell.key]}/{len(grid)}] {cell.key}: {record['primary_metric']} "
-                  f"{m if m is None else round(m, 2)}  kept {record['cache']['kept_fraction_of_compressed']:.2f} of "
-                  f"the compressed tokens", flush=True)
-        progress.clear()
-        print(f"{PROG} {COMMAND}: {len(todo)} cells of {todo[0].task} / {todo[0].protocol} / seed {todo[0].seed} "
-              f"in {seconds:.1f} s (one prefill per example)", flush=True)
+    claimed = claim(_groups(grid), lambda group: run.cells.lock(group_name(group[0])),
+                    lambda group, text: print(f"{PROG} {COMMAND}: {_group_label(group[0])}: {text}", flush=True))
+    with closing(claimed):  # two runs into one folder: each group is computed by one of them, reused by the other
+        for group in claimed:
+            records.update(run.group(group))
     meta = run_meta(seed=cfg.seeds, extra={"command": command, "data": provenance})
-    results_path, summary_path = write_report(folder, name, config, meta, grid, records)
+    results_path, summary_path = write_report(folder, cfg.name, config, meta, grid, records)
     print(f"{PROG} {COMMAND}: wrote {results_path} and {summary_path}")
     print(summary_path.read_text())
     if cfg.wandb:
-        log_wandb(cfg, name, config, grid, records)
+        log_wandb(cfg, cfg.name, config, grid, records)
     return 0

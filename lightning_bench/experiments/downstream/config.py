@@ -8,8 +8,11 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
+from jsonargparse.typing import NonNegativeFloat, PositiveInt
+
 from lightning_bench.errors import ConfigError, unknown_name
-from lightning_bench.experiments.core.config import check_at_least, check_unique
+from lightning_bench.experiments.core.config import (ContextTokens, Fraction, OpenClosedUnitInterval, Seed,
+                                                     check_unique)
 from lightning_bench.experiments.core.grid import DENSE, sparsity_key
 from lightning_bench.experiments.generation.config import PretrainedModel
 
@@ -28,41 +31,41 @@ class DownstreamConfig:
     """tasks or groups of `lightning_bench test --task` (summarization, qa, dialogue, code, xsum, ...)"""
     methods: list[str] = field(default_factory=lambda: ["dense", "h2o", "streaming_llm"])
     """KV-cache methods (lightning_bench.sparsity.METHODS); dense runs once per task, protocol and seed"""
-    sparsity: list[float] = field(default_factory=lambda: [0.5])
+    sparsity: list[Fraction] = field(default_factory=lambda: [0.5])
     """fractions of the compressed part of the cache evicted, each in [0, 1)"""
-    budget_tokens: list[int] = field(default_factory=list)
+    budget_tokens: list[PositiveInt] = field(default_factory=list)
     """fixed token budgets, run beside the sparsity levels (each <= the shortest compressed prompt)"""
     protocols: list[Literal["query_aware", "query_agnostic", "interval"]] = field(
         default_factory=lambda: ["query_aware"])
     """query_aware: the whole prompt is prefilled and compressed; query_agnostic: the context (up to the
     end of the task's document) is compressed before the question is seen; interval: query_aware plus
     re-compression every --interval decoding steps"""
-    interval: int = 8
+    interval: PositiveInt = 8
     """decoding steps between re-compressions under the `interval` protocol"""
-    seeds: list[int] = field(default_factory=lambda: [1234])
+    seeds: list[Seed] = field(default_factory=lambda: [1234])
     """seeds: of sampled decoding (--samples > 1 or --temperature > 0) and of the `random` method"""
-    max_samples: Optional[int] = 10
+    max_samples: Optional[PositiveInt] = 10
     """the first N examples of each task (None: all)"""
     data_dir: Optional[str] = None
     """local data folder laid out like ../shared/data (None: the hub)"""
     paths: Optional[dict[str, Any]] = None
     """per-task files, as `lightning_bench test --data.paths`"""
-    max_length: Optional[int] = None
+    max_length: Optional[ContextTokens] = None
     """prompt + answer tokens (None: the model's limit, at most 2048 unless a task is a long-context one);
     longer documents lose their middle"""
-    max_context: Optional[int] = None
+    max_context: Optional[ContextTokens] = None
     """context length in tokens, counted as RULER counts it (prompt + answer): suites generated per length
     read their set of this length (RULER: ruler/<N>/); every prompt is cut to it (--max_length's default);
     beyond the model's window it is an error unless --max_length asks for the cut"""
-    max_new_tokens: Optional[int] = None
+    max_new_tokens: Optional[PositiveInt] = None
     """generation limit (None: each task's own)"""
     chat_template: Literal["auto", "on", "off"] = "auto"
     """the model's chat template for instruction tasks, as `test --data.chat_template`"""
-    samples: Optional[int] = None
+    samples: Optional[PositiveInt] = None
     """completions per prompt (None: the task's own; HumanEval's pass@k needs more than 1)"""
-    temperature: Optional[float] = None
+    temperature: Optional[NonNegativeFloat] = None
     """sampling temperature (None: the task's own, greedy)"""
-    top_p: Optional[float] = None
+    top_p: Optional[OpenClosedUnitInterval] = None
     """nucleus sampling mass (None: the task's own)"""
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     """{method: {parameter: value}}, e.g. --method_params.h2o.recent_ratio 0.2"""
@@ -76,7 +79,7 @@ class DownstreamConfig:
     """where the experiment folder is made"""
     device: str = "auto"
     """auto (cuda if available), cpu, cuda, cuda:N"""
-    threads: Optional[int] = None
+    threads: Optional[PositiveInt] = None
     """torch intra-op threads (default: torch's)"""
     wandb: bool = False
     """log one W&B run per driver call (a table of the cells and each cell's figures); offline unless logged in"""
@@ -99,11 +102,6 @@ class DownstreamConfig:
         for method in self.method_params:
             if method not in self.methods:
                 raise ConfigError(f"--method_params.{method} is for {method!r}, which is not in --methods")
-        for s in self.sparsity:
-            if not 0.0 <= s < 1.0:
-                raise ConfigError(f"--sparsity {s} is outside [0, 1) (the fraction of the KV cache evicted)")
-        for b in self.budget_tokens:
-            check_at_least("--budget_tokens", b, 1)
         if any(m != DENSE for m in self.methods) and not (self.sparsity or self.budget_tokens):
             raise ConfigError("give --sparsity levels or --budget_tokens for the evicting methods")
         for p in self.protocols:
@@ -111,11 +109,8 @@ class DownstreamConfig:
                 raise unknown_name("protocol", p, PROTOCOLS)
         if not self.protocols:
             raise ConfigError(f"--protocols is empty; valid: {', '.join(PROTOCOLS)}")
-        check_at_least("--interval", self.interval, 1)
-        check_at_least("--max_samples", self.max_samples, 1)
-        check_at_least("--max_new_tokens", self.max_new_tokens, 1)
-        check_at_least("--max_context", self.max_context, 8)
-        check_at_least("--threads", self.threads, 1)
+        if not self.seeds:
+            raise ConfigError("--seeds is empty; give at least one (e.g. --seeds 1234)")
         self.weights_dtype()  # --bits 16 against another --model.dtype: one line
 
     def weights_dtype(self) -> str:

@@ -21,10 +21,14 @@ from lightning_bench.experiments.core.store import fingerprint
 from lightning_bench.results.io import read_json, write_json_atomic
 
 
+def group_name(cell) -> str:
+    """The file-safe name of a cell's group (task, protocol, seed), e.g. xsum__query_aware_seed1234."""
+    return f"{cell.task.replace('/', '-')}__{cell.protocol}_seed{cell.seed}"
+
+
 class GroupProgress:
     def __init__(self, folder: str | Path, cells: list, protocol_of: Callable):
-        head = cells[0]
-        self.path = Path(folder) / f"{head.task.replace('/', '-')}__{head.protocol}_seed{head.seed}.json"
+        self.path = Path(folder) / f"{group_name(cells[0])}.json"
         self.fingerprint = fingerprint({cell.key: protocol_of(cell) for cell in cells})
 
     def load(self) -> Optional[dict]:

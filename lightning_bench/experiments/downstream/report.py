@@ -43,26 +43,26 @@ def comparisons(grid, records: dict) -> dict:
 def _table(grid, records: dict, compared: dict) -> str:
     lines = []
     header = (f"{'task':<34} {'protocol':<15} {'method':<14} {'budget':<7} {'metric':<20} {'score':>7} "
-              f"{'/dense':>7} {'diff vs dense [95% CI]':>26} {'diff vs h2o [95% CI]':>26} {'kept':>5} "
+              f"{'/dense':>7} {'diff vs dense [95% CI] n':>33} {'diff vs h2o [95% CI] n':>33} {'kept':>5} "
               f"{'KV MiB':>7} {'dec tok/s':>9}")
     lines += [header, "-" * len(header)]
     for cell in grid:
         r, c = records[cell.key], compared[cell.key]
         score = r["metrics"].get(r["primary_metric"])
 
-        def diff(key):
+        def diff(key):  # the n beside the interval: how many paired examples it rests on
             d = c.get(key)
             if d is None:
                 return "—"
             ci = d["ci95"]
-            return f"{d['mean_difference']:+.2f}" + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "")
+            return f"{d['mean_difference']:+.2f}" + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "") + f" n={d['n']}"
 
         retention = c.get("retention")
         tps = r["timing"]["decode_tokens_per_s"]
         lines.append(f"{cell.task:<34} {cell.protocol:<15} {cell.method:<14} {cell.budget:<7} "
                      f"{r['primary_metric']:<20} {score if score is None else f'{score:.2f}':>7} "
-                     f"{'—' if retention is None else f'{retention:.3f}':>7} {diff('vs_dense'):>26} "
-                     f"{diff('vs_h2o'):>26} {r['cache']['kept_fraction_of_compressed']:>5.2f} "
+                     f"{'—' if retention is None else f'{retention:.3f}':>7} {diff('vs_dense'):>33} "
+                     f"{diff('vs_h2o'):>33} {r['cache']['kept_fraction_of_compressed']:>5.2f} "
                      f"{r['cache']['kv_bytes_peak_mean'] / 2**20:>7.2f} {'—' if tps is None else f'{tps:.1f}':>9}")
     return "\n".join(lines)
 
@@ -77,7 +77,8 @@ def write_report(folder: Path, name: str, config: dict, meta: dict, grid, record
     results_path = write_json_atomic(folder / f"{name}_results.json", results)
     text = (f"{name}: {config['model']['pretrained']}, {len(grid)} cells; score = each task's primary metric "
             f"(percent); kept = fraction of the compressed tokens kept by the first compression; diffs are paired "
-            f"over the same examples (unit: one example)\n\n{_table(grid, records, compared)}\n")
+            f"over the same examples (unit: one example; n = the examples paired)\n\n"
+            f"{_table(grid, records, compared)}\n")
     summary_path = write_text_atomic(folder / f"{name}_summary.txt", text)
     return results_path, summary_path
 

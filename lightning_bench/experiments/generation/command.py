@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
+from contextlib import closing
 from pathlib import Path
 
 import torch
@@ -27,13 +28,13 @@ import torch
 from lightning_bench.errors import PROG, ConfigError
 from lightning_bench.experiments.core.aggregate import STD_KIND, describe
 from lightning_bench.experiments.core.config import check_name, parse_command
-from lightning_bench.experiments.core.store import CellFolder
+from lightning_bench.experiments.core.store import CellFolder, claim
 from lightning_bench.experiments.generation.config import RENAMES, GenerationConfig, legacy_method_params
 from lightning_bench.experiments.generation.data import load_test_text, sample_starts
 from lightning_bench.experiments.generation.measure import run_sample
 from lightning_bench.profiling.memory import CallPeakMemory
 from lightning_bench.experiments.generation.report import METRICS, aggregate, print_table, significance
-from lightning_bench.results.io import read_json, write_json_atomic
+from lightning_bench.results.io import check_output, read_json, write_json_atomic
 from lightning_bench.results.meta import run_meta
 
 COMMAND = "generation"
@@ -61,13 +62,43 @@ def _device(spec: str) -> torch.device:
     return device
 
 
+def _refuse_other_cells(cells: CellFolder, grid: list, protocol_of, starts: dict, seeds: list) -> None:
+    """Finished cells made under another protocol, or over other windows, would be silently mixed."""
+    cells.refuse_other_protocols(grid, protocol_of, PROTOCOL_FIELDS)
+    for cell in grid:  # a cell drawn under other --seeds (or the earlier per-seed rule) holds other windows
+        if cells.done(cell) and [x["start"] for x in read_json(cells.path(cell))["samples"]] != starts[
+                (cell.context_length, cell.seed)]:
+            raise ConfigError(f"{cells.path(cell)} holds other windows than --seeds {' '.join(map(str, seeds))} "
+                              "draw (seeds take consecutive blocks of one permutation: append new seeds at the "
+                              "end); use another --experiment_name")
+
+
+def _measure(net, cell, cfg: GenerationConfig, stream, starts: list[int], warmed: set, device, memory):
+    """(the method, one figure dict per window) of one cell."""
+    from lightning_bench.sparsity import make_method
+
+    method_params = dict(cfg.method_params.get(cell.method, {}))
+    if cell.method == "random":
+        method_params.setdefault("seed", cell.seed)
+    torch.manual_seed(cell.seed)
+    if cell.method not in warmed:  # one untimed short call per method: lazy initialisation, thread pools
+        run_sample(net, stream, 0, min(64, cell.context_length), min(4, cfg.continuation_length),
+                   make_method(cell.method, **method_params), cell.sparsity, cfg.interval, cfg.rerotate, device, memory)
+        warmed.add(cell.method)
+    method = make_method(cell.method, **method_params)
+    return method, [run_sample(net, stream, start, cell.context_length, cfg.continuation_length, method,
+                               cell.sparsity, cfg.interval, cfg.rerotate, device, memory) for start in starts]
+
+
 def main(argv: list[str]) -> int:
     from lightning_bench.data.tokenization import build_tokenizer
     from lightning_bench.models import HFLanguageModel
-    from lightning_bench.sparsity import make_method
 
     cfg = parse_command(COMMAND, GenerationConfig, legacy_method_params(list(argv)),
                         description=GenerationConfig.__doc__, renames=RENAMES).config
+    check_output("--results_dir", cfg.results_dir)  # before any model loads
+    if cfg.experiment_name is not None:
+        check_output("--experiment_name", Path(cfg.results_dir) / check_name("--experiment_name", cfg.experiment_name))
     device = _device(cfg.device)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
@@ -90,6 +121,7 @@ def main(argv: list[str]) -> int:
                                                cfg.seeds).items()}
 
     name = check_name("--experiment_name", cfg.experiment_name or f"{module.model_name}_{text.name}")
+    check_output("--experiment_name", Path(cfg.results_dir) / name)  # a derived name may be too long
     cells = CellFolder(Path(cfg.results_dir) / name, CELL_FILE, "use another --experiment_name")
     memory = CallPeakMemory(device)
     config = {"command": COMMAND, "model": {"pretrained": cfg.model.pretrained, "dtype": cfg.model.dtype,
@@ -102,45 +134,37 @@ def main(argv: list[str]) -> int:
     command = shlex.join([PROG, COMMAND, *argv])
 
     grid = cfg.cells()
-    cells.refuse_other_protocols(grid, lambda cell: _protocol(config, data, cell.method), PROTOCOL_FIELDS)
-    for cell in grid:  # a cell drawn under other --seeds (or the earlier per-seed rule) holds other windows
-        if cells.done(cell) and [x["start"] for x in read_json(cells.path(cell))["samples"]] != starts[
-                (cell.context_length, cell.seed)]:
-            raise ConfigError(f"{cells.path(cell)} holds other windows than --seeds {' '.join(map(str, cfg.seeds))} "
-                              "draw (seeds take consecutive blocks of one permutation: append new seeds at the "
-                              "end); use another --experiment_name")
-    todo = [cell for cell in grid if not cells.done(cell)]
+    protocol_of = lambda cell: _protocol(config, data, cell.method)  # noqa: E731
+    _refuse_other_cells(cells, grid, protocol_of, starts, cfg.seeds)
+    position = {cell: i for i, cell in enumerate(grid, 1)}
+
+    def say(cell, text: str) -> None:
+        print(f"{PROG} {COMMAND}: [{position[cell]}/{len(grid)}] {cell.key}: {text}", flush=True)
+
+    for cell in grid:
+        if cells.done(cell):
+            say(cell, f"skipped (exists: {cells.path(cell)})")
     net, warmed = None, set()
-    for i, cell in enumerate(grid, 1):
-        label = f"{PROG} {COMMAND}: [{i}/{len(grid)}] {cell.key}"
-        if cell not in todo:
-            print(f"{label}: skipped (exists: {cells.path(cell)})", flush=True)
-            continue
-        if net is None:
-            net = module.build_network(tokenizer.vocab_size).to(device).eval()
-        method_params = dict(cfg.method_params.get(cell.method, {}))
-        if cell.method == "random":
-            method_params.setdefault("seed", cell.seed)
-        torch.manual_seed(cell.seed)
-        if cell.method not in warmed:  # one untimed short call per method: lazy initialisation, thread pools
-            run_sample(net, stream, 0, min(64, cell.context_length), min(4, cfg.continuation_length),
-                       make_method(cell.method, **method_params), cell.sparsity, cfg.interval, cfg.rerotate,
-                       device, memory)
-            warmed.add(cell.method)
-        method = make_method(cell.method, **method_params)
-        samples = [run_sample(net, stream, start, cell.context_length, cfg.continuation_length, method,
-                              cell.sparsity, cfg.interval, cfg.rerotate, device, memory)
-                   for start in starts[(cell.context_length, cell.seed)]]
-        summary = {m: describe([s[m] for s in samples])["mean"] for m in METRICS}
-        cells.write(cell, {"method": cell.method, "sparsity": cell.sparsity, "context_length": cell.context_length,
-                           "continuation_length": cfg.continuation_length, "seed": cell.seed,
-                           "method_params": method.describe(), "num_samples": len(samples),
-                           "summary": summary, "samples": samples,
-                           "protocol": _protocol(config, data, cell.method), "config": config,
-                           "meta": run_meta(seed=cell.seed, extra={"command": command, "data": data})})
-        print(f"{label}: ppl {math.exp(summary['nll']):.3f}  decode {summary['decode_tokens_per_s'] or 0:.1f} tok/s  "
-              f"cache {summary['avg_cache_length']:.0f} slots  kv {summary['kv_bytes_peak'] / 2**20:.2f} MiB "
-              f"({sum(s['seconds'] for s in samples):.1f} s)", flush=True)
+    claimed = claim([cell for cell in grid if not cells.done(cell)], lambda cell: cells.lock(cell.key), say)
+    with closing(claimed):  # two runs into one folder: each cell is measured by one of them
+        for cell in claimed:
+            if cells.done(cell):  # measured by another run while this one waited for it
+                _refuse_other_cells(cells, [cell], protocol_of, starts, cfg.seeds)
+                say(cell, f"done by another run ({cells.path(cell)})")
+                continue
+            if net is None:
+                net = module.build_network(tokenizer.vocab_size).to(device).eval()
+            method, samples = _measure(net, cell, cfg, stream, starts[(cell.context_length, cell.seed)], warmed,
+                                       device, memory)
+            summary = {m: describe([s[m] for s in samples])["mean"] for m in METRICS}
+            cells.write(cell, {"method": cell.method, "sparsity": cell.sparsity, "context_length": cell.context_length,
+                               "continuation_length": cfg.continuation_length, "seed": cell.seed,
+                               "method_params": method.describe(), "num_samples": len(samples),
+                               "summary": summary, "samples": samples, "protocol": protocol_of(cell), "config": config,
+                               "meta": run_meta(seed=cell.seed, extra={"command": command, "data": data})})
+            say(cell, f"ppl {math.exp(summary['nll']):.3f}  decode {summary['decode_tokens_per_s'] or 0:.1f} tok/s  "
+                      f"cache {summary['avg_cache_length']:.0f} slots  kv {summary['kv_bytes_peak'] / 2**20:.2f} MiB "
+                      f"({sum(s['seconds'] for s in samples):.1f} s)")
 
     records = cells.records()
     for record in records:

@@ -7,8 +7,10 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
+from jsonargparse.typing import NonNegativeInt, PositiveInt
+
 from lightning_bench.errors import ConfigError
-from lightning_bench.experiments.core.config import check_at_least, check_unique
+from lightning_bench.experiments.core.config import Fraction, Seed, check_unique
 from lightning_bench.experiments.core.grid import sparsity_key, sparsity_levels_for
 
 # the earlier argparse spellings (cli: `--dataset wikitext`, `--method-param h2o.recent_ratio=0.2`)
@@ -34,17 +36,17 @@ class GenerationConfig:
     """the model (--model.pretrained DIR|HUB_ID)"""
     methods: list[str] = field(default_factory=lambda: ["dense", "h2o", "cab"])
     """sparsity methods (lightning_bench.sparsity.METHODS); dense runs at sparsity 0 only"""
-    sparsity: list[float] = field(default_factory=lambda: [0.9])
+    sparsity: list[Fraction] = field(default_factory=lambda: [0.9])
     """fractions of the KV cache evicted, each in [0, 1)"""
-    context_length: list[int] = field(default_factory=lambda: [1024])
+    context_length: list[PositiveInt] = field(default_factory=lambda: [1024])
     """prefill lengths C (tokens)"""
-    continuation_length: int = 64
+    continuation_length: PositiveInt = 64
     """N: reference tokens teacher-forced after the prefill"""
-    num_samples: int = 10
+    num_samples: PositiveInt = 10
     """windows of C + N tokens drawn per (C, seed)"""
-    seeds: Optional[list[int]] = None
+    seeds: Optional[list[Seed]] = None
     """sample-selection seeds (default 42; or num_runs N: 42 .. 42+N-1)"""
-    num_runs: Optional[int] = None
+    num_runs: Optional[PositiveInt] = None
     """number of seeds from 42 on (instead of seeds)"""
     data: str = "wikitext2"
     """a corpus alias (ptb offline; wikitext2, ... from the hub) or NAME=DIR|FILE (a local test split)"""
@@ -52,7 +54,7 @@ class GenerationConfig:
     """results folder name (default: {model}_{data})"""
     results_dir: str = "benchmark_results/generation"
     """where the experiment folder is made"""
-    interval: int = 1
+    interval: NonNegativeInt = 1
     """re-compress every INTERVAL decoding steps (0: once, after the prefill)"""
     rerotate: bool = False
     """re-rotate kept keys to contiguous positions"""
@@ -60,7 +62,7 @@ class GenerationConfig:
     """{method: {parameter: value}}, e.g. --method_params.h2o.recent_ratio 0.2"""
     device: str = "auto"
     """auto (cuda if available), cpu, cuda, cuda:N"""
-    threads: Optional[int] = None
+    threads: Optional[PositiveInt] = None
     """torch intra-op threads (default: torch's); 1 on a shared CPU steadies the timings"""
 
     def __post_init__(self):
@@ -68,26 +70,18 @@ class GenerationConfig:
 
         if self.seeds is not None and self.num_runs is not None:
             raise ConfigError("give --seeds or --num_runs, not both")
-        check_at_least("--num_runs", self.num_runs, 1)
         if self.seeds is None:
             self.seeds = list(range(42, 42 + (self.num_runs or 1)))
         for option, values in (("--methods", self.methods), ("--sparsity", self.sparsity),
                                ("--context_length", self.context_length), ("--seeds", self.seeds)):
             check_unique(option, values)
+            if not values and (option != "--sparsity" or set(self.methods) - {"dense"}):  # dense needs no level
+                raise ConfigError(f"{option} is empty; give at least one value")
         for method, params in self.method_params.items():
             if method not in self.methods:
                 raise ConfigError(f"--method_params.{method} is for {method!r}, which is not in --methods")
         for method in self.methods:
             make_method(method, **self.method_params.get(method, {}))  # unknown name / bad parameters: one line
-        for s in self.sparsity:
-            if not 0.0 <= s < 1.0:
-                raise ConfigError(f"--sparsity {s} is outside [0, 1) (the fraction of the KV cache evicted)")
-        for length in self.context_length:
-            check_at_least("--context_length", length, 1)
-        check_at_least("--continuation_length", self.continuation_length, 1)
-        check_at_least("--num_samples", self.num_samples, 1)
-        check_at_least("--interval", self.interval, 0)
-        check_at_least("--threads", self.threads, 1)
 
     def cells(self) -> list["Cell"]:
         """Every cell, contexts and seeds outermost; dense once per (context, seed) at sparsity 0.0."""

@@ -23,7 +23,6 @@ import hashlib
 import json
 import shlex
 from dataclasses import asdict
-from pathlib import Path
 
 import yaml
 
@@ -33,6 +32,7 @@ from lightning_bench.experiments.sweep import store
 from lightning_bench.experiments.sweep.config import SweepConfig, check_has_kv_cache, settings_fingerprint
 from lightning_bench.experiments.sweep.report import describe_protocol, markdown_table
 from lightning_bench.experiments.sweep.runner import CellRunner, SweepStopped
+from lightning_bench.results.io import check_output
 from lightning_bench.results.meta import run_meta
 
 COMMAND = "sweep"
@@ -61,23 +61,26 @@ def _overrides(argv: list[str]) -> list[str]:
 def main(argv: list[str]) -> int:
     parsed = parse_command(COMMAND, SweepConfig, list(argv), description=SweepConfig.__doc__)
     cfg, resolved = parsed.config, parsed.resolved
-    check_has_kv_cache(resolved["model"])
     preset = parsed.config_files[-1] if parsed.config_files else None
     cfg.name = cfg.name or (preset.stem if preset else COMMAND)
-    output = Path(cfg.output or f"benchmark_results/perplexity/{cfg.name}.json")
+    output = check_output("--output", cfg.output or f"benchmark_results/perplexity/{cfg.name}.json", kind="file")
+    check_has_kv_cache(resolved["model"])
     for section in ("sparsity_sweep", "context_length_sweep"):  # the checked values (floats, in order)
         resolved[section] = asdict(getattr(cfg, section)) if getattr(cfg, section) else None
     config = {**resolved, "name": cfg.name, "output": str(output), "preset": str(preset) if preset else None,
               "preset_sha256": hashlib.sha256(preset.read_bytes()).hexdigest() if preset else None,
               "overrides": _overrides(list(argv))}
-    fingerprint = settings_fingerprint(resolved)
-    results = store.open_results(output, fingerprint, resolved["datasets"])
-    doc = results.doc
-    specs = {**doc.get("dataset_specs", {}), **resolved["datasets"]}
+    with store.open_results(output, settings_fingerprint(resolved), resolved["datasets"]) as results:
+        return _run_cells(cfg, results, config, shlex.join([PROG, COMMAND, *argv]))
+
+
+def _run_cells(cfg: SweepConfig, results, config: dict, command: str) -> int:
+    """Every cell of the grid not yet in the results file, the file rewritten after each."""
+    doc, output = results.doc, results.path
+    specs = {**doc.get("dataset_specs", {}), **config["datasets"]}
     meta_data = dict(doc.get("meta", {}).get("data", {}))
     protocols = dict(doc.get("meta", {}).get("evaluation_protocol", {}))
-    command, checked = shlex.join([PROG, COMMAND, *argv]), set()
-
+    checked = set()
     cells = cfg.cells()
     runner = CellRunner(cfg)
     ran = 0
@@ -109,7 +112,7 @@ def main(argv: list[str]) -> int:
             _say(f"{label}: ppl {figures['perplexity']:.3f}, mean cache {figures['mean_cache_size']:.1f} of "
                  f"{figures['dense_mean_cache_size']:.1f}, {figures['tokens']} tokens, {figures['seconds']:.1f} s")
         done = sum(store.finished(doc, c) is not None for c in cells)
-        results.save(config=config, grid=cfg.grid(), fingerprint=fingerprint, dataset_specs=specs,
+        results.save(config=config, grid=cfg.grid(), fingerprint=results.fingerprint, dataset_specs=specs,
                      cells_done=done, cells_total=len(cells), complete=done == len(cells),
                      meta=run_meta(seed=cfg.seed, extra={"command": command, "data": meta_data,
                                                          "evaluation_protocol": protocols, "metric": METRIC}))

@@ -8,8 +8,10 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Optional
 
+from jsonargparse.typing import PositiveInt
+
 from lightning_bench.errors import ConfigError, unknown_name
-from lightning_bench.experiments.core.config import check_at_least, check_name, check_unique
+from lightning_bench.experiments.core.config import Fraction, Seed, check_name, check_unique
 from lightning_bench.experiments.core.grid import sparsity_key, sparsity_levels_for
 from lightning_bench.experiments.core.store import fingerprint
 from lightning_bench.models import LanguageModule
@@ -22,44 +24,37 @@ DATA_SET_PER_CELL = ("seq_len", "batch_size", "eval_batch_size", "name")
 
 @dataclass
 class SparsitySweep:
-    context_length: int
+    context_length: PositiveInt
     """the context length (tokens per window) every sparsity level is measured at"""
-    sparsity_levels: list[float]
+    sparsity_levels: list[Fraction]
     """fractions of the KV cache evicted, each in [0, 1)"""
 
     def __post_init__(self):
-        from lightning_bench.sparsity.cache import check_sparsity
-
-        check_at_least("sparsity_sweep.context_length", self.context_length, 1)
         if not self.sparsity_levels:
             raise ConfigError("sparsity_sweep.sparsity_levels must be a non-empty list of ratios in [0, 1)")
-        self.sparsity_levels = [check_sparsity(s) for s in self.sparsity_levels]
+        self.sparsity_levels = [float(s) for s in self.sparsity_levels]
         check_unique("sparsity_sweep.sparsity_levels", self.sparsity_levels, "level")
 
 
 @dataclass
 class ContextLengthSweep:
-    sparsity: float
+    sparsity: Fraction
     """the sparsity every context length is measured at (dense: 0)"""
-    context_lengths: list[int]
+    context_lengths: list[PositiveInt]
     """context lengths (tokens per window)"""
 
     def __post_init__(self):
-        from lightning_bench.sparsity.cache import check_sparsity
-
-        self.sparsity = check_sparsity(self.sparsity)
+        self.sparsity = float(self.sparsity)
         if not self.context_lengths:
             raise ConfigError("context_length_sweep.context_lengths must be a non-empty list of token counts")
-        for length in self.context_lengths:
-            check_at_least("context_length_sweep.context_lengths", length, 1)
         check_unique("context_length_sweep.context_lengths", self.context_lengths, "length")
 
 
 @dataclass
 class Streaming:
-    chunk_size: int = 1
+    chunk_size: PositiveInt = 1
     """tokens per forward: chunks attend to the compressed cache of the chunks before (1 = exact per token)"""
-    interval: int = 1
+    interval: PositiveInt = 1
     """compress the cache after every interval-th chunk"""
     rerotate: bool = False
     """re-rotate kept keys to contiguous positions (default: they keep their original RoPE positions)"""
@@ -103,11 +98,11 @@ class SweepConfig:
     """the sweep's name (default: the config file's name)"""
     output: Optional[str] = None
     """the JSON to write (default: benchmark_results/perplexity/{name}.json)"""
-    seed: int = 1234
+    seed: Seed = 1234
     """torch seed before the model is built (models from a config start from seeded random weights)"""
     accelerator: str = "auto"
     """Lightning accelerator of every cell's Trainer"""
-    eval_batch_size: int = 1
+    eval_batch_size: PositiveInt = 1
     """windows per evaluation batch"""
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     """{method: {parameter: value}}; unset parameters take the method's defaults"""
@@ -122,8 +117,6 @@ class SweepConfig:
         from lightning_bench.sparsity.methods import METHODS
         from lightning_bench.sparsity.streaming import check_streaming_args
 
-        check_at_least("seed", self.seed, 0)
-        check_at_least("eval_batch_size", self.eval_batch_size, 1)
         if not self.methods:
             raise ConfigError(f"methods must be a non-empty list of sparsity methods; valid: {', '.join(sorted(METHODS))}")
         check_unique("methods", self.methods, "method")

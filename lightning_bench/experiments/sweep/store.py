@@ -3,16 +3,18 @@
     {"results": {dataset: {method: {"context_length_sweep": {L: cell}, "sparsity_sweep": {s: cell}}}},
      "config", "grid", "fingerprint", "dataset_specs", "cells_done", "cells_total", "complete", "meta"}
 
-kept in a `core.store.CellDocument`: rewritten atomically after every cell, refused when made with
-other settings (fingerprint), a changed dataset spec, other method parameters or changed data text.
+kept in a `core.store.CellDocument`: rewritten atomically after every cell, held by one run at a time
+(a second run into the same --output waits, then skips the cells the first made), refused when made
+with other settings (fingerprint), a changed dataset spec, other method parameters or changed data text.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from lightning_bench.errors import ConfigError
 from lightning_bench.experiments.core.store import CellDocument
@@ -21,16 +23,18 @@ from lightning_bench.experiments.sweep.config import SWEEPS, Cell
 CHANGE_HINT = "use another --output"
 
 
-def open_results(output: Path, settings_fingerprint: str, specs: dict) -> CellDocument:
-    """The results file (new or resumed). `specs` = the datasets as written in the config."""
-    store = CellDocument(output, settings_fingerprint, "a sweep", "model, streaming, seed or batch size",
-                         CHANGE_HINT)
-    before = store.doc.get("dataset_specs", {})
-    for name, spec in specs.items():
-        if name in store.doc["results"] and before.get(name) is not None and before[name] != spec:
-            raise ConfigError(f"dataset {name!r} in {output} was {json.dumps(before[name])}, now {json.dumps(spec)}; "
-                              f"rename it or {CHANGE_HINT}")
-    return store
+@contextmanager
+def open_results(output: Path, settings_fingerprint: str, specs: dict) -> Iterator[CellDocument]:
+    """The results file (new or resumed), held against other runs inside `with`. `specs` = the datasets
+    as written in the config."""
+    with CellDocument(output, settings_fingerprint, "a sweep", "model, streaming, seed or batch size",
+                      CHANGE_HINT) as store:
+        before = store.doc.get("dataset_specs", {})
+        for name, spec in specs.items():
+            if name in store.doc["results"] and before.get(name) is not None and before[name] != spec:
+                raise ConfigError(f"dataset {name!r} in {output} was {json.dumps(before[name])}, now "
+                                  f"{json.dumps(spec)}; rename it or {CHANGE_HINT}")
+        yield store
 
 
 def finished(doc: dict, cell: Cell) -> Optional[dict]:
