@@ -20,5 +20,9 @@ def number_range(name: str, base: type, restrictions: list[tuple], docstring: st
     return jtyping.registered_types.get(key) or restricted_number_type(name, base, restrictions, docstring=docstring)
 
 
-# shared ranges: a share evicted or held out ([0, 1): all would leave nothing)
-Fraction = number_range("Fraction", float, [(">=", 0.0), ("<", 1.0)])
+# The ranges several packages use (each package's own ones sit beside its options).
+Fraction = number_range("Fraction", float, [(">=", 0.0), ("<", 1.0)])  # a share evicted or held out: all leaves nothing
+OpenClosedUnitInterval = number_range("OpenClosedUnitInterval", float, [(">", 0.0), ("<=", 1.0)])  # top_p
+ContextTokens = number_range("ContextTokens", int, [(">=", 8)])  # room for a prompt's template and an answer
+# numpy's and Lightning's seed range (seed_everything replaces a seed outside it by a random one)
+Seed = number_range("Seed", int, [(">=", 0), ("<=", 2**32 - 1)])

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 
 import pytest
 
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, SHARED
 from tests.test_cli import run  # (imports lightning now: its log handler must not bind to a test's captured stderr)
 
 PRESET = FIXTURES.parent.parent / "configs" / "compare" / "transformer_small.yaml"
@@ -79,7 +79,7 @@ class Place:
 
     def downstream(self, *extra: str) -> list[str]:
         return ["downstream", "--model.pretrained", self.tiny_hf(), "--tasks", "[xsum]", "--methods", "[dense]",
-                "--sparsity", "[0.5]", "--max_samples", "1", "--data_dir", str(FIXTURES / "generative"),
+                "--sparsity", "[0.5]", "--max_samples", "1", "--data_dir", str(SHARED / "data"),
                 "--results_dir", "r", "--device", "cpu", *extra]
 
     def sweep(self, *extra: str) -> list[str]:
@@ -191,7 +191,7 @@ CASES: dict[str, Case] = {
     "no command": Case(lambda p: [], "downstream"),
     # --- multi_dataset ----------------------------------------------------------------------------
     "multi_dataset empty seeds": Case(lambda p: ["multi_dataset", "--config", p.file(
-        "md.yaml", f"datasets: [tiny={p.corpus}]\nseeds: []\n")], "seeds"),
+        "md.yaml", f"preset: {PRESET}\ndatasets: [tiny={p.corpus}]\nseeds: []\n")], "seeds"),
     "multi_dataset results_dir under /proc": Case(lambda p: ["multi_dataset", "--config", str(PRESET),
                                                              "--datasets", f"tiny={p.corpus}",
                                                              "--seeds", "1", "--results_dir", _proc(p), "--", *TINY],

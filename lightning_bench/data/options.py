@@ -19,15 +19,13 @@ from jsonargparse.typing import (ClosedUnitInterval, NonNegativeFloat, NonNegati
                                  restricted_string_type)
 
 from lightning_bench.errors import ConfigError, describe_range
-from lightning_bench.options import Fraction, number_range
+from lightning_bench.options import ContextTokens, Fraction, OpenClosedUnitInterval, number_range
 
 __all__ = ["ClosedUnitInterval", "ContextTokens", "DatasetName", "Fraction", "NonNegativeFloat", "NonNegativeInt",
            "OneLineParser", "OpenClosedUnitInterval", "OpenUnitInterval", "Percent", "PositiveInt", "checked_arguments",
            "value_type"]
 
-OpenClosedUnitInterval = number_range("OpenClosedUnitInterval", float, [(">", 0.0), ("<=", 1.0)])
 Percent = number_range("Percent", float, [(">=", 0.0), ("<=", 100.0)])
-ContextTokens = number_range("ContextTokens", int, [(">=", 8)])  # room for a prompt's template and an answer
 # a record's and its files' name: safe in a path, short enough to leave room for the rest of the file name
 DatasetName = restricted_string_type("DatasetName", r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$",
                                      docstring="a name of at most 100 letters, digits, '_', '-', '.' (not first)")

@@ -35,13 +35,7 @@ import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser
 
 from lightning_bench.errors import PROG, ConfigError, parser_error_line
-from lightning_bench.options import number_range
-
-Fraction = number_range("Fraction", float, [(">=", 0.0), ("<", 1.0)])  # a sparsity: 1 would evict everything
-OpenClosedUnitInterval = number_range("OpenClosedUnitInterval", float, [(">", 0.0), ("<=", 1.0)])  # top_p
-ContextTokens = number_range("ContextTokens", int, [(">=", 8)])  # room for a prompt's template and an answer
-# numpy's and Lightning's seed range (seed_everything replaces a seed outside it by a random one)
-Seed = number_range("Seed", int, [(">=", 0), ("<=", 2**32 - 1)])
+from lightning_bench.options import ContextTokens, Fraction, OpenClosedUnitInterval, Seed  # noqa: F401 - re-exported
 PARSER_MODE = "omegaconf"  # `${oc.env:VAR,default}` in presets; otherwise plain YAML
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # a nested config's own error line, quoted among the Union's errors: `Parser key "sparsity_sweep": ... - --x: ...`
