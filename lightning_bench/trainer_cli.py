@@ -112,6 +112,7 @@ class LightningBenchCLI(LightningCLI):
             return
         checkpoint = load_checkpoint(cfg.ckpt_path)
         self._refuse_conflicts(checkpoint, cfg.ckpt_path, strict=False)
+        self._checkpoint = checkpoint
         saved = {k: v for k, v in (checkpoint.get("hyper_parameters") or {}).items() if k != "_instantiator"}
         if not saved:
             return
@@ -187,6 +188,9 @@ class LightningBenchCLI(LightningCLI):
         kwargs["precision"] = precision
         check_trainer_values(cfg.trainer)
         print(f"{PROG}: --bits {cfg.bits}: {note}", file=sys.stderr)
+        checkpoint = getattr(self, "_checkpoint", None) or {}
+        if hasattr(self.datamodule, "expected_state"):  # data checked against the checkpoint it will score
+            self.datamodule.expected_state = checkpoint.get(type(self.datamodule).__qualname__)
         if isinstance(self.datamodule, LMDataModule):
             self.datamodule.tokenized_cache()  # the cache folder checked now, before weights load or text is read
         self._default_window(cfg)

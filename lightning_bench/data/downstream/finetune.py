@@ -81,10 +81,14 @@ class FinetuneDataModule(TaskDataModule):
             word_text = "\n".join(t for a, b in texts["train"] for t in (a, b) if t)
             self.tokenizer = self.resolve_tokenizer(train_text=word_text)
         self.finetune = {"train": train, "validation": val, "test": test}
+        if self.expected_state:  # a checkpoint to score: its rows checked now, before its model is built
+            self.load_state_dict(self.expected_state)
         self._encoded = {name: [encode_pair(self.tokenizer, a, b, self.seq_len) for a, b in pairs]
                          for name, pairs in texts.items()}
 
     # ---- the checkpoint remembers which rows were the test set -----------------------------------
+    expected_state: Optional[dict] = None  # the state of the checkpoint this run scores (set by the CLI)
+
     def state_dict(self) -> dict:
         return {"task": self.task.name, "split_rule": self.split_rule, "test_ids_sha256": self._test_ids_hash()}
 

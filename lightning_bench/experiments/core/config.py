@@ -46,9 +46,10 @@ class _OneLineParser(ArgumentParser):
     """jsonargparse reports a usage block and an indented explanation; the user gets one line."""
 
     argv: list[str] = []
+    command: Optional[str] = None  # set on a command's own parser; jsonargparse also builds nested ones
 
     def error(self, message: str, ex: Optional[Exception] = None):
-        if not self.prog.startswith(PROG):  # the parser of a nested config (Optional[SparsitySweep]): the line
+        if self.command is None:  # the parser of a nested config (Optional[SparsitySweep]): the line
             raise ConfigError(parser_error_line(message)) from ex  # goes into its parent's message, unprefixed
         nested = _NESTED.search(str(message))
         text = (f"--{nested.group(1)}.{nested.group(2)}: {nested.group(3)}" if nested
@@ -61,7 +62,7 @@ class _OneLineParser(ArgumentParser):
             from lightning_bench.models import MODEL_ALIASES
 
             text += f"; give a class path, e.g. {', '.join(sorted(MODEL_ALIASES.values()))}"
-        raise ConfigError(f"{self.prog.split()[-1]}: {text}") from ex
+        raise ConfigError(f"{self.command}: {text}") from ex
 
 
 @dataclasses.dataclass
@@ -76,7 +77,7 @@ def parse_command(command: str, config_class: type, argv: list[str], description
     """Parse `argv` (config files, then overrides, as jsonargparse orders them) into `config_class`."""
     parser = _OneLineParser(prog=f"{PROG} {command}", description=description, parser_mode=PARSER_MODE,
                             exit_on_error=False)
-    parser.argv = list(argv)  # error messages name the flags as typed
+    parser.argv, parser.command = list(argv), command  # error messages name the flags as typed
     for path in _config_files(argv):
         check_config_file(command, path)
     parser.add_argument("--config", action=ActionConfigFile, help="a YAML preset of this command's options")
