@@ -125,13 +125,14 @@ def test_options_for_the_default_model_contradicting_a_checkpoint_are_refused(ti
 def test_an_unreachable_hub_fails_at_once_in_one_line(tiny_corpus, capsys, monkeypatch):
     from huggingface_hub import constants
 
+    import lightning_bench.hub
     import lightning_bench.logging_setup
 
     # restored after the test: the check sets them for the whole process
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(hf, "unreachable_hubs", [])
+    monkeypatch.setattr(lightning_bench.hub, "unreachable_hubs", [])
     monkeypatch.setattr(lightning_bench.logging_setup, "server_reachable", lambda url, timeout=3.0: False)
     code, _, err = run(["test", "--model", "hf", "--model.pretrained", "lightning-bench-tests/no-such-model",
                         "--data", "text", "--data.path", str(tiny_corpus), *QUIET], capsys)

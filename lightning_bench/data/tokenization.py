@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 from lightning_bench.errors import ConfigError
+from lightning_bench.hub import hub_offline_reason
 
 UNK, EOS = "<unk>", "<eos>"
 
@@ -82,6 +83,8 @@ class HFTokenizer:
 
         self.name = name_or_path if not gguf_file else os.path.join(name_or_path, gguf_file)
         source = offline_gpt2_folder() if name_or_path == "gpt2" else name_or_path
+        if not os.path.exists(source):  # a hub id: no retries when the hub does not answer
+            hub_offline_reason()
         try:
             self.tok = AutoTokenizer.from_pretrained(source, gguf_file=gguf_file, trust_remote_code=trust_remote_code)
         except (OSError, ValueError) as err:

@@ -13,6 +13,7 @@ from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativ
 from torch import nn
 
 from lightning_bench.errors import ConfigError
+from lightning_bench.hub import hub_offline_reason
 from lightning_bench.models.base import Betas, ClassDefault, LanguageModule, vocabulary_mismatch
 from lightning_bench.models.mamba import mamba_analytic_flops, mamba_quantizable_layers
 
@@ -139,32 +140,6 @@ class HFLanguageModel(LanguageModule):
 def check_vocabulary(net: nn.Module, vocab_size: Optional[int]) -> None:
     if vocab_size is not None:
         vocabulary_mismatch(vocab_size, net.get_input_embeddings().num_embeddings)
-
-
-unreachable_hubs: list[str] = []  # the hub this process found unreachable, and went offline for
-
-
-def hub_offline_reason() -> str | None:
-    """None when the HF hub is used; else why not, and what to do if a model is not in the local cache.
-
-    An unreachable hub (checked once, with a short timeout) makes the process go offline, as HF_HUB_OFFLINE=1
-    would: what is in the local cache still loads, and a miss fails at once instead of after
-    huggingface_hub's five retries (~36 s, one line each)."""
-    from huggingface_hub import constants
-
-    from lightning_bench.logging_setup import server_reachable
-
-    not_cached = f"and it is not in the local cache ({constants.HF_HUB_CACHE})"
-    if unreachable_hubs:
-        return f"the hub {unreachable_hubs[0]} is unreachable {not_cached}; connect, or pass a local folder"
-    if constants.is_offline_mode():
-        return f"HF_HUB_OFFLINE is set {not_cached}; unset it to download, or pass a local folder"
-    if server_reachable(constants.ENDPOINT):
-        return None
-    os.environ["HF_HUB_OFFLINE"] = "1"  # for processes started from this one
-    constants.HF_HUB_OFFLINE = True  # read at import: what huggingface_hub and transformers ask from now on
-    unreachable_hubs.append(constants.ENDPOINT)
-    return hub_offline_reason()
 
 
 # what save_pretrained writes, in the order transformers looks for them
