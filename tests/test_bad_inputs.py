@@ -109,36 +109,41 @@ class Case:
     env: Optional[dict] = None
 
 
+def fit_value(flag: str, value: str, expect: Optional[str] = None) -> Case:
+    """`fit FLAG VALUE` on the tiny setup; the error line must name `expect` (default: the flag)."""
+    return Case(lambda p: p.fit(flag, value), expect or flag)
+
+
 def _proc(p: Place) -> str:
     return "/proc/lightning_bench_results"
 
 
 CASES: dict[str, Case] = {
     # --- fit / validate / test / predict: option values -------------------------------------------
-    "eval_max_documents -1": Case(lambda p: p.fit("--data.eval_max_documents", "-1"), "--data.eval_max_documents"),
-    "eval_max_documents 0": Case(lambda p: p.fit("--data.eval_max_documents", "0"), "--data.eval_max_documents"),
-    "warmup_steps -10": Case(lambda p: p.fit("--model.warmup_steps", "-10"), "--model.warmup_steps"),
-    "n_layer 0": Case(lambda p: p.fit("--model.n_layer", "0"), "--model.n_layer"),
-    "eval_batch_size 0": Case(lambda p: p.fit("--data.eval_batch_size", "0"), "--data.eval_batch_size"),
-    "learning_rate negative": Case(lambda p: p.fit("--model.learning_rate", "-0.001"), "--model.learning_rate"),
-    "dropout 1.5": Case(lambda p: p.fit("--model.dropout", "1.5"), "--model.dropout"),
-    "val_check_interval 0": Case(lambda p: p.fit("--trainer.val_check_interval", "0"), "val_check_interval"),
-    "n_kv_head 3 with n_head 2": Case(lambda p: p.fit("--model.n_kv_head", "3"), "--model.n_kv_head"),
-    "num_workers -1": Case(lambda p: p.fit("--data.num_workers", "-1"), "--data.num_workers"),
-    "d_model 0": Case(lambda p: p.fit("--model.d_model", "0"), "--model.d_model"),
-    "data name 400 characters": Case(lambda p: p.fit("--data.name", "n" * 400), "--data.name"),
-    "seq_len 0": Case(lambda p: p.fit("--data.seq_len", "0"), "--data.seq_len"),
-    "batch_size 0": Case(lambda p: p.fit("--data.batch_size", "0"), "--data.batch_size"),
-    "max_steps negative": Case(lambda p: p.fit("--trainer.max_steps", "-5"), "max_steps"),
-    "eval_stride 0": Case(lambda p: p.fit("--data.eval_stride", "0"), "--data.eval_stride"),
-    "bits not a number": Case(lambda p: p.fit("--bits", "abc"), "--bits"),
-    "bits 3": Case(lambda p: p.fit("--bits", "3"), "--bits"),
-    "unknown eval protocol": Case(lambda p: p.fit("--data.eval_protocol", "bogus"), "--data.eval_protocol"),
+    "eval_max_documents -1": fit_value("--data.eval_max_documents", "-1"),
+    "eval_max_documents 0": fit_value("--data.eval_max_documents", "0"),
+    "warmup_steps -10": fit_value("--model.warmup_steps", "-10"),
+    "n_layer 0": fit_value("--model.n_layer", "0"),
+    "eval_batch_size 0": fit_value("--data.eval_batch_size", "0"),
+    "learning_rate negative": fit_value("--model.learning_rate", "-0.001"),
+    "dropout 1.5": fit_value("--model.dropout", "1.5"),
+    "val_check_interval 0": fit_value("--trainer.val_check_interval", "0", "val_check_interval"),
+    "n_kv_head 3 with n_head 2": fit_value("--model.n_kv_head", "3"),
+    "num_workers -1": fit_value("--data.num_workers", "-1"),
+    "d_model 0": fit_value("--model.d_model", "0"),
+    "data name 400 characters": fit_value("--data.name", "n" * 400),
+    "seq_len 0": fit_value("--data.seq_len", "0"),
+    "batch_size 0": fit_value("--data.batch_size", "0"),
+    "max_steps negative": fit_value("--trainer.max_steps", "-5", "max_steps"),
+    "eval_stride 0": fit_value("--data.eval_stride", "0"),
+    "bits not a number": fit_value("--bits", "abc"),
+    "bits 3": fit_value("--bits", "3"),
+    "unknown eval protocol": fit_value("--data.eval_protocol", "bogus"),
     "unknown model alias": Case(lambda p: ["fit", "--model", "bq"], "unknown model 'bq'"),
     "unknown data alias": Case(lambda p: ["fit", "--data", "ptbb"], "unknown data 'ptbb'"),
-    "unknown option": Case(lambda p: p.fit("--model.n_layers", "2"), "--model.n_layers"),
+    "unknown option": fit_value("--model.n_layers", "2"),
     "unknown task": Case(lambda p: ["test", "--task", "glue/nope"], "unknown glue task 'nope'"),
-    "sparsity with fit": Case(lambda p: p.fit("--sparsity", "h2o"), "--sparsity"),
+    "sparsity with fit": fit_value("--sparsity", "h2o"),
     "unknown sparsity method": Case(lambda p: ["test", *TINY[:8], *p.data(), "--sparsity", "nope"], "nope"),
     "sparsity ratio 1.5": Case(lambda p: ["test", *TINY[:8], *p.data(), "--sparsity", "h2o", "--sparsity.ratio", "1.5"],
                                "--sparsity.ratio"),
@@ -148,8 +153,8 @@ CASES: dict[str, Case] = {
                                            "0.5", "--sparsity.interval", "0"], "--sparsity.interval"),
     "sparsity budget_tokens -1": Case(lambda p: ["test", *TINY[:8], *p.data(), "--sparsity", "h2o",
                                                  "--sparsity.budget_tokens", "-1"], "--sparsity.budget_tokens"),
-    "flop counter unknown": Case(lambda p: p.fit("--flop_counter", "bogus"), "flop counter"),
-    "precision contradicts bits": Case(lambda p: p.fit("--trainer.precision", "bf16-mixed"), "--bits"),
+    "flop counter unknown": fit_value("--flop_counter", "bogus", "flop counter"),
+    "precision contradicts bits": fit_value("--trainer.precision", "bf16-mixed", "--bits"),
     "missing checkpoint": Case(lambda p: ["validate", *TINY[:8], *p.data(), "--ckpt_path", str(p.tmp / "no.ckpt")],
                                "no.ckpt"),
     "validate last without checkpoint": Case(lambda p: ["validate", *TINY[:8], *p.data(), "--ckpt_path", "last"],
