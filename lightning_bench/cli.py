@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Optional
 
-from lightning_bench.errors import ConfigError, fail, find_config_error
+from lightning_bench.errors import ConfigError, fail, find_config_error, find_write_error
 from lightning_bench.results.meta import git_revision
 
 
@@ -74,9 +74,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         finish_loggers(cli.trainer)
     except Exception as err:  # noqa: BLE001 - user errors may arrive wrapped by jsonargparse
         user_error = find_config_error(err)
-        if user_error is None:
+        if user_error is not None:
+            fail(str(user_error))
+        full = find_write_error(err)
+        if full is None:
             raise
-        fail(str(user_error))
+        # every result file is written to a temporary file and renamed: a failed write leaves no partial file
+        where = f"writing {full.filename}" if full.filename else "a write"
+        fail(f"{where} failed: {full.strerror}; free space (or raise `ulimit -f`) and run the same command again",
+             code=1)
     return 0
 
 

@@ -7,6 +7,7 @@ to change. Anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import ast
+import errno
 import operator
 import re
 import sys
@@ -49,6 +50,21 @@ def find_config_error(err: BaseException | None) -> ConfigError | None:
     seen = set()
     while err is not None and id(err) not in seen:
         if isinstance(err, ConfigError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+# a write the machine refused after the command started: the disk or quota is full, the file size limit hit
+WRITE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+def find_write_error(err: BaseException | None) -> OSError | None:
+    """The out-of-space OSError behind `err`, if any (Lightning and fsspec wrap it)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, OSError) and err.errno in WRITE_ERRNOS:
             return err
         seen.add(id(err))
         err = err.__cause__ or err.__context__

@@ -98,3 +98,23 @@ def test_a_link_is_replaced_atomically_and_copied_where_links_fail(tmp_path, mon
     monkeypatch.setattr(os, "symlink", no_links)
     point_latest(a, pointer)
     assert not pointer.is_symlink() and pointer.read_text() == "1"
+
+
+def test_a_write_that_fails_late_is_one_line_and_leaves_no_partial_file(tiny_corpus, tmp_path):
+    """A file size limit (as a full disk) hit while the run saves its checkpoint: one line, no partial file."""
+    import resource
+    import subprocess
+    import sys
+
+    def limit_file_size():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20 * 1024, 20 * 1024))
+
+    argv = tiny_fit_args(tiny_corpus, "--trainer.max_steps", "2", "--results_dir", "r")
+    proc = subprocess.run([sys.executable, "-c", "import sys; from lightning_bench.cli import main; sys.exit(main())",
+                           *argv], cwd=tmp_path, capture_output=True, text=True, preexec_fn=limit_file_size,
+                          timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[-1] == ("lightning_bench: error: a write failed: File too large; free space (or raise `ulimit -f`) "
+                         "and run the same command again")
+    assert not list(tmp_path.rglob("*.ckpt")) and not list(tmp_path.rglob("*.json"))
