@@ -101,9 +101,14 @@ def console_callbacks(trainer_config, callbacks, run_name: str) -> list:
 
 
 class _DropLightningTips(logging.Filter):
-    # the second: Lightning announcing that it uses our RunSummary instead of its own, on every fit
+    # Lightning's advertising, its note that it uses our RunSummary, the accelerators that are absent (TPU/HPU
+    # always here; a GPU that is neither there nor used: the --bits line says what runs), and how it counts
+    # the steps of the schedule: nothing a user can act on, on every run
+    DROPPED = ("💡 Tip:", "Trainer already configured with model summary", "TPU available:", "HPU available:",
+               "GPU available: False, used: False", "Loading `train_dataloader` to estimate number of stepping")
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(("💡 Tip:", "Trainer already configured with model summary"))
+        return not record.getMessage().startswith(self.DROPPED)
 
 
 def quiet_lightning() -> None:
