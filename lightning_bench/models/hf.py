@@ -108,7 +108,9 @@ class HFLanguageModel(LanguageModule):
 
     def build_network(self, vocab_size: int) -> nn.Module:
         from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.disable_progress_bar()  # a bar over the tensors of a local file: nothing to act on, and it stays
         name, kwargs = self.pretrained_location
         config = self.config if "gguf_file" not in kwargs else None
         try:
