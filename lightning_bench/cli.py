@@ -51,6 +51,13 @@ def _command(name: str):
 TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
 
 
+def print_usage() -> int:
+    """`lightning_bench --help`: every command (LightningCLI's own help knows only its four)."""
+    print(f"usage: lightning_bench COMMAND [options]\ncommands: {', '.join([*TRAINER_COMMANDS, *EXTRA_COMMANDS])}\n"
+          "`lightning_bench COMMAND --help` lists a command's options; README.md has a short tour")
+    return 0
+
+
 def check_command(argv: list[str]) -> None:
     """The command word, checked before anything loads: LightningCLI's own message lists only its four."""
     commands = ", ".join([*TRAINER_COMMANDS, *EXTRA_COMMANDS])
@@ -65,6 +72,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     git_revision()  # the revision of the code this run loads, read now: a long run's results name it, not a later one
     try:
+        if argv and argv[0] in ("-h", "--help"):
+            return print_usage()
         check_command(argv)
         if argv and argv[0] in EXTRA_COMMANDS:
             return _command(argv[0])(argv[1:])

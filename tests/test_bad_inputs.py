@@ -305,3 +305,10 @@ def test_the_cases_cover_every_command():
     dry = _DryPlace(Path("corpus"), Path("tmp"))
     covered = {(case.argv(dry) or ["(none)"])[0] for case in CASES.values()}
     assert covered >= {*TRAINER_COMMANDS, "(none)", "frobnicate", *EXTRA_COMMANDS} - {"aliases"}
+
+
+def test_help_lists_every_command(capsys):
+    from lightning_bench.cli import EXTRA_COMMANDS
+
+    code, out, _ = run(["--help"], capsys)
+    assert code == 0 and all(command in out for command in [*TRAINER_COMMANDS, *EXTRA_COMMANDS])
