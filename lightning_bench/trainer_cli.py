@@ -158,7 +158,8 @@ class LightningBenchCLI(LightningCLI):
             if runs is not None:  # our own run folders: resume that file (Lightning would look in this run's)
                 self.config_init[self.subcommand].ckpt_path = str(found[-1])
             verb = "resuming" if self.subcommand == "fit" else "using"
-            print(f"{PROG}: --ckpt_path last: {verb} run {Path(folder).name} ({found[-1]}, step "
+            run = Path(folder).name if Path(folder) != runs else "written before run ids"
+            print(f"{PROG}: --ckpt_path last: {verb} run {run} ({found[-1]}, step "
                   f"{checkpoint.get('global_step')})", file=sys.stderr)
             return
         dirpath = runs if runs is not None else dirpath

@@ -96,8 +96,31 @@ def test_a_link_is_replaced_atomically_and_copied_where_links_fail(tmp_path, mon
         raise OSError("links not supported")
 
     monkeypatch.setattr(os, "symlink", no_links)
-    point_latest(a, pointer)
+    a2, b2 = tmp_path / "x_20261126-102440-a3f9.json", tmp_path / "x_20261126-102441-b3f9.json"
+    a2.write_text("1")
+    b2.write_text("2")
+    point_latest(a2, pointer)
     assert not pointer.is_symlink() and pointer.read_text() == "1"
+    point_latest(b2, pointer)  # the copy is a run's: replaced, not kept as a record of its own
+    assert pointer.read_text() == "2" and len(list(tmp_path.glob("x_*.json"))) == 2
+
+
+def test_a_record_and_checkpoint_from_before_run_ids_are_kept_and_resumed(tiny_corpus, tmp_path, capsys):
+    _fit(tiny_corpus, capsys, "--trainer.max_steps", "2")
+    (run,) = RUNS.iterdir()
+    for ckpt in run.iterdir():  # the layout before run ids: checkpoints and record under the bare names
+        ckpt.rename(RUNS / ckpt.name)
+    run.rmdir()
+    record = next((tmp_path / "r").glob(f"{STEM}_2*.json"))
+    bare = tmp_path / "r" / f"{STEM}.json"
+    bare.unlink()
+    record.rename(bare)
+    old = bare.read_text()
+    out, err = _fit(tiny_corpus, capsys, "--trainer.max_steps", "3", "--ckpt_path", "last")
+    assert f"--ckpt_path last: resuming run written before run ids ({RUNS / 'last.ckpt'}, step 2)" in err
+    kept = [p for p in (tmp_path / "r").glob(f"{STEM}_*.json") if p.read_text() == old]
+    assert len(kept) == 1 and kept[0].name.endswith("-0000.json")  # renamed as a run of its own, not replaced
+    assert bare.is_symlink() and json.loads(bare.read_text())["global_steps"] == 3
 
 
 def test_a_write_that_fails_late_is_one_line_and_leaves_no_partial_file(tiny_corpus, tmp_path):
@@ -118,3 +141,19 @@ def test_a_write_that_fails_late_is_one_line_and_leaves_no_partial_file(tiny_cor
     assert lines[-1] == ("lightning_bench: error: a write failed: File too large; free space (or raise `ulimit -f`) "
                          "and run the same command again")
     assert not list(tmp_path.rglob("*.ckpt")) and not list(tmp_path.rglob("*.json"))
+
+
+def test_a_merged_downstream_file_from_before_run_ids_is_copied_before_a_merge(tmp_path):
+    from lightning_bench.results.downstream import DownstreamRecorder
+
+    merged = tmp_path / "m_downstream.json"
+    merged.write_text(json.dumps({"model": "m", "runs": {"2026-01-01T00:00:00+00:00-0a1b2c3d": {}}}))
+    merged.with_suffix(".samples.jsonl").write_text('{"task": "glue/sst2"}\n')
+    recorder = DownstreamRecorder(None, results_dir=str(tmp_path))
+    recorder._keep_runs_without_own_file(merged, json.loads(merged.read_text()), "m")
+    kept = tmp_path / "m_downstream_before_run_ids.json"
+    assert kept.read_text() == merged.read_text()
+    assert kept.with_suffix(".samples.jsonl").read_text() == '{"task": "glue/sst2"}\n'
+    merged.write_text(json.dumps({"model": "m", "runs": {}}))  # once: a later merge does not copy again
+    recorder._keep_runs_without_own_file(merged, {"runs": {"x": {}}}, "m")
+    assert json.loads(kept.read_text())["runs"]

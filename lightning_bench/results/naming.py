@@ -12,6 +12,7 @@ or the new target, never none); where links cannot be made, it is an atomic copy
 
 from __future__ import annotations
 
+import filecmp
 import os
 import re
 import secrets
@@ -33,8 +34,13 @@ def run_path(folder: str | Path, stem: str, run_id: str, suffix: str = ".json") 
 
 
 def point_latest(target: Path, pointer: Path) -> Path:
-    """Make `pointer` name `target` (relative link, atomically replaced). Returns the pointer."""
+    """Make `pointer` name `target` (relative link, atomically replaced). Returns the pointer. A plain file
+    at the pointer's name that is no copy of a run's file is a record written before run ids: it is kept,
+    renamed as a run of its own (its modification time as the id), never replaced."""
     pointer = Path(pointer)
+    if pointer.is_file() and not pointer.is_symlink() and not _copy_of_a_run(pointer):
+        stamp = datetime.fromtimestamp(pointer.stat().st_mtime, timezone.utc)
+        os.replace(pointer, pointer.with_name(f"{pointer.stem}_{stamp:%Y%m%d-%H%M%S}-0000{pointer.suffix}"))
     fd, tmp = tempfile.mkstemp(dir=pointer.parent, prefix=f".{pointer.name}.", suffix=".link")
     os.close(fd)
     os.unlink(tmp)
@@ -46,8 +52,18 @@ def point_latest(target: Path, pointer: Path) -> Path:
     return pointer
 
 
+def _copy_of_a_run(pointer: Path) -> bool:
+    """Whether `pointer` (a plain file) is the copy this module makes where links fail."""
+    runs = pointer.parent.glob(f"{pointer.stem}_*{pointer.suffix}")
+    return any(RUN_ID.fullmatch(p.name[len(pointer.stem) + 1:-len(pointer.suffix) or None])
+               and filecmp.cmp(p, pointer, shallow=False) for p in runs)
+
+
 def latest_run_folder(parent: str | Path) -> Path | None:
-    """The newest run folder (`{run_id}/`) under `parent` that holds a `last*.ckpt`, or None."""
-    runs = [p for p in Path(parent).glob("*") if p.is_dir() and RUN_ID.fullmatch(p.name) and any(p.glob("last*.ckpt"))]
-    # ids sort by start second; within one second, the run whose checkpoint is newer
-    return max(runs, key=lambda p: (p.name[:15], max(c.stat().st_mtime for c in p.glob("last*.ckpt"))), default=None)
+    """The folder under `parent` whose `last*.ckpt` was written last: a run folder (`{run_id}/`), or `parent`
+    itself when it holds the checkpoints of a run from before run ids. None when there is no checkpoint."""
+    parent = Path(parent)
+    folders = [p for p in parent.glob("*") if p.is_dir() and RUN_ID.fullmatch(p.name)] + [parent]
+    written = {p: max((c.stat().st_mtime for c in p.glob("last*.ckpt")), default=None) for p in folders}
+    written = {p: t for p, t in written.items() if t is not None}
+    return max(written, key=written.get, default=None)
