@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+reachable_hubs: list[str] = []  # the hub this process found answering (asked once: each probe can take 3 s)
 unreachable_hubs: list[str] = []  # the hub this process found unreachable, and went offline for
 
 
@@ -23,7 +24,10 @@ def hub_offline_reason() -> str | None:
         return f"the hub {unreachable_hubs[0]} is unreachable {not_cached}; connect, or pass a local folder"
     if constants.is_offline_mode():
         return f"HF_HUB_OFFLINE is set {not_cached}; unset it to download, or pass a local folder"
+    if constants.ENDPOINT in reachable_hubs:
+        return None
     if server_reachable(constants.ENDPOINT):
+        reachable_hubs.append(constants.ENDPOINT)
         return None
     os.environ["HF_HUB_OFFLINE"] = "1"  # for processes started from this one
     constants.HF_HUB_OFFLINE = True  # read at import: what huggingface_hub and transformers ask from now on

@@ -46,7 +46,7 @@ def test_a_long_dataset_name_is_one_short_line(capsys):
     (LMDataModule, {"eval_max_documents": -1}, "--data.eval_max_documents: got -1; expected an int > 0"),
     (LMDataModule, {"seq_len": 2.5}, "--data.seq_len: got 2.5; expected an int > 0"),
     (LMDataModule, {"name": "a/b"}, "--data.name: got 'a/b'; expected a name of"),
-    (LMDataModule, {"seq_len": 16, "rolling_context": 17}, "--data.rolling_context must be in [1, seq_len=16]"),
+    (LMDataModule, {"seq_len": 16, "rolling_context": 17, "eval_protocol": "document_rolling"}, "--data.rolling_context must be in [1, seq_len=16]"),
     (PromptedDataModule, {"top_p": 0.0}, "--data.top_p: got 0.0; expected a float in (0, 1]"),
     (PromptedDataModule, {"max_context": 4}, "--data.max_context: got 4; expected an int >= 8"),
     (PromptedDataModule, {"num_fewshot": -1}, "--data.num_fewshot: got -1; expected an int >= 0"),

@@ -147,7 +147,7 @@ CHECKS_BETWEEN_OPTIONS = {
     "d_model by n_head": (dict(d_model=30, n_head=4), "--model.d_model 30 must be divisible by --model.n_head 4"),
     "odd head size": (dict(d_model=6, n_head=2), "= 3 channels per head; RoPE needs an even number"),
     "n_kv_head by n_head": (dict(d_model=32, n_head=2, n_kv_head=3), "--model.n_kv_head 3 must divide --model.n_head 2"),
-    "top_k by num_experts": (dict(top_k=5, num_experts=4), "--model.top_k 5 exceeds --model.num_experts 4"),
+    "top_k by num_experts": (dict(top_k=5, num_experts=4), "1 <= top_k <= num_experts, got num_experts=4, top_k=5"),
 }
 
 

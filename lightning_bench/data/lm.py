@@ -189,7 +189,7 @@ class LMDataModule(L.LightningDataModule):
         stride = hp.seq_len if hp.eval_stride is None else hp.eval_stride
         if stride > hp.seq_len:
             raise ConfigError(f"--data.eval_stride must be in [1, seq_len={hp.seq_len}], got {stride}")
-        if hp.rolling_context > hp.seq_len:
+        if hp.eval_protocol == "document_rolling" and hp.rolling_context > hp.seq_len:
             raise ConfigError(f"--data.rolling_context must be in [1, seq_len={hp.seq_len}], got {hp.rolling_context}")
         self.source, self.seq_len, self.eval_stride = source, hp.seq_len, stride
         self.tokenizer_spec = tokenizer

@@ -28,6 +28,8 @@ class WordTokenizer:
     the classic figures, so this stays a few lines of Python.
     """
 
+    exact_vocabulary = True  # built from the data: a model trained on it has one row per word, no padding
+
     def __init__(self, vocab: list[str]):
         self.vocab = list(vocab)
         self.index = {word: i for i, word in enumerate(self.vocab)}

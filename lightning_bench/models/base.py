@@ -182,9 +182,10 @@ class LanguageModule(L.LightningModule):
                 raise ConfigError("the model's vocabulary comes from the data; run it with an LMDataModule")
             self.build(dm.vocab_size)
         elif self.hparams.get("vocab_size") is not None and getattr(dm, "tokenizer", None) is not None:
-            # a random-init family built from a checkpoint (or --model.vocab_size): one row per token of the
-            # tokenizer it was trained with, which the data's tokenizer must be
-            vocabulary_mismatch(dm.vocab_size, self.hparams.vocab_size, exact=True)
+            # a random-init family built from a checkpoint (or --model.vocab_size): at least one row per token of
+            # the data's tokenizer (padding rows are fine); a word vocabulary, rebuilt from the data, exactly
+            vocabulary_mismatch(dm.vocab_size, self.hparams.vocab_size,
+                                exact=getattr(dm.tokenizer, "exact_vocabulary", False))
         # built before Lightning restores a checkpoint's state dict, so a fine-tuned head is restored too
         num_labels = getattr(dm, "finetune_num_labels", None)
         if num_labels is not None and self.task_head is None:

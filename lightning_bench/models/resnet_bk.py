@@ -54,9 +54,6 @@ class ResNetBKLM(LanguageModule):
                  min_lr_ratio: ClosedUnitInterval = 0.1, load_balance_weight: NonNegativeFloat = 0.01):
         super().__init__(learning_rate, weight_decay, betas, warmup_steps, min_lr_ratio,
                          aux_loss_weight=load_balance_weight)
-        if top_k > num_experts:
-            raise ConfigError(f"--model.top_k {top_k} exceeds --model.num_experts {num_experts} "
-                              "(each token is routed to top_k of the experts)")
         self.save_hyperparameters()
         # validate the sizes now, before a Trainer and the data are set up (the vocabulary may come later)
         self._config(vocab_size if vocab_size is not None else 1)

@@ -72,7 +72,8 @@ def check_output(option: str, path: str | Path, kind: str = "folder") -> Path:
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".lightning_bench-probe-")
         os.close(fd)
         os.unlink(probe)
-        if kind == "file" and len(path.name.encode()) > os.pathconf(folder, "PC_NAME_MAX"):
+        # the files written beside it (`.{name}.lock`, `.{name}.XXXXXXXX.tmp`) need 15 more bytes of name
+        if kind == "file" and len(path.name.encode()) + 15 > os.pathconf(folder, "PC_NAME_MAX"):
             raise OSError(36, "File name too long")
     except OSError as err:
         reason = err.strerror or str(err)

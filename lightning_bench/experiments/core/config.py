@@ -113,6 +113,8 @@ def check_config_file(command: str, path: Path) -> None:
         loaded = yaml.safe_load(path.read_text())
     except OSError as err:
         raise ConfigError(f"{command}: --config {path}: cannot read it ({err.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{command}: --config {path}: not UTF-8 text; {expected}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

@@ -63,7 +63,10 @@ class CellFolder:
         if ok:
             return record
         aside = path.with_name(path.name + ".corrupt")
-        path.replace(aside)
+        try:
+            path.replace(aside)
+        except FileNotFoundError:  # another run found it damaged at the same moment and moved it first
+            return None
         print(f"{PROG}: {path} is damaged (unreadable or its checksum does not match): moved to {aside.name}; "
               "the cell is computed again", file=sys.stderr)
         return None
