@@ -323,7 +323,11 @@ def main(argv: list[str]) -> int:
     # before anything runs: a cell made under other settings is refused, a damaged one set aside
     run.done_before = {cell.key for cell in grid if run.finished(cell) is not None}
     records = {}
-    claimed = claim(_groups(grid), lambda group: run.cells.lock(group_name(group[0])),
+    groups = _groups(grid)
+    for group in [g for g in groups if all(c.key in run.done_before for c in g)]:
+        records.update(run.group(group))  # finished before this run: read, without waiting for a lock
+    claimed = claim([g for g in groups if not all(c.key in run.done_before for c in g)],
+                    lambda group: run.cells.lock(group_name(group[0])),
                     lambda group, text: print(f"{PROG} {COMMAND}: {_group_label(group[0])}: {text}", flush=True))
     with closing(claimed):  # two runs into one folder: each group is computed by one of them, reused by the other
         for group in claimed:
