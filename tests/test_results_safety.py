@@ -150,10 +150,10 @@ def test_a_merged_downstream_file_from_before_run_ids_is_copied_before_a_merge(t
     merged.write_text(json.dumps({"model": "m", "runs": {"2026-01-01T00:00:00+00:00-0a1b2c3d": {}}}))
     merged.with_suffix(".samples.jsonl").write_text('{"task": "glue/sst2"}\n')
     recorder = DownstreamRecorder(None, results_dir=str(tmp_path))
-    recorder._keep_runs_without_own_file(merged, json.loads(merged.read_text()), "m")
+    recorder.keep_runs_without_own_file(merged, json.loads(merged.read_text()), "m")
     kept = tmp_path / "m_downstream_before_run_ids.json"
     assert kept.read_text() == merged.read_text()
     assert kept.with_suffix(".samples.jsonl").read_text() == '{"task": "glue/sst2"}\n'
     merged.write_text(json.dumps({"model": "m", "runs": {}}))  # once: a later merge does not copy again
-    recorder._keep_runs_without_own_file(merged, {"runs": {"x": {}}}, "m")
+    recorder.keep_runs_without_own_file(merged, {"runs": {"x": {}}}, "m")
     assert json.loads(kept.read_text())["runs"]

@@ -157,7 +157,7 @@ class DownstreamRecorder(L.Callback):
                run: dict) -> Path:
         path = self.results_dir / f"{stem}_downstream.json"
         old = read_json(path) if path.exists() else {}
-        self._keep_runs_without_own_file(path, old, stem)
+        self.keep_runs_without_own_file(path, old, stem)
         benchmarks = merge_results({k: v for k, v in old.items() if k not in NON_BENCHMARK_KEYS}, results)
         runs = {**old.get("runs", {}), run_id: run}
         runs = {k: v for k, v in runs.items() if k in set(_run_ids(benchmarks))}  # fully replaced runs go
@@ -186,7 +186,7 @@ class DownstreamRecorder(L.Callback):
         return write_json_atomic(path, record)
 
 
-    def _keep_runs_without_own_file(self, path: Path, old: dict, stem: str) -> None:
+    def keep_runs_without_own_file(self, path: Path, old: dict, stem: str) -> None:
         """Runs merged before each run had its own file live only in the merged view, where a re-run task
         replaces them: the view is copied once, as it was, before anything merges into it."""
         kept = self.results_dir / f"{stem}_downstream_before_run_ids.json"
