@@ -45,6 +45,16 @@ def fail(message: str, code: int = 2):
     sys.exit(code)
 
 
+def note(message: str) -> None:
+    """One `lightning_bench: note: ...` line on stderr: something the user should know, not an error."""
+    print(f"{PROG}: note: {message}", file=sys.stderr)
+
+
+def deprecated(old: str, new: str) -> None:
+    """The one note an old spelling of an option gets (it still works): `--old is deprecated; use --new`."""
+    note(f"{old} is deprecated; use {new}")
+
+
 def find_config_error(err: BaseException | None) -> ConfigError | None:
     """The ConfigError behind `err` (jsonargparse wraps errors raised while instantiating classes)."""
     seen = set()

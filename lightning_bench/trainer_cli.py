@@ -2,7 +2,9 @@
 
 Thin wiring only: models, data, results and logging live in their own packages. What this adds
 to LightningCLI:
-  * short aliases: `--model bk|transformer|hf|...`, `--data ptb|wikitext2|...|text`, `--task ...`;
+  * short aliases: `--model bk|transformer|hf|...`, `--data ptb|wikitext2|...|text`, `--task ...`,
+    `--sparsity METHOD`, resolved by the parser itself (`Shorthand`, `TaskOption`): the argument list
+    LightningCLI receives (`args=`) is the one typed, never rewritten;
   * top-level flags: `--bits`, `--results_dir`, `--wandb`, `--wandb_project`, `--sparsity.*`;
   * the ResultsRecorder callback (one JSON record per run) and the full config sent to the logger;
   * every user error (bad name, missing file, bad YAML, ...) as one `lightning_bench: error:` line, exit 2.
@@ -12,16 +14,19 @@ dispatches to both.
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import os
 import re
 import shutil
 import sys
 from pathlib import Path
-from typing import Literal, Optional, get_args, get_origin
+from typing import Callable, Literal, Optional, get_args, get_origin
 
 import yaml
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from jsonargparse import lazy_instance
+from jsonargparse._typehints import ActionTypeHint
 from jsonargparse.typing import PositiveInt
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -29,10 +34,11 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning_bench.data import DATA_ALIASES, LMDataModule
 from lightning_bench.checkpoints import SPECIAL_CKPT_PATHS, load_checkpoint, model_conflicts
 from lightning_bench.console import console_callbacks, quiet_lightning
-from lightning_bench.errors import PROG, ConfigError, fail, parser_error_line, unknown_name
+from lightning_bench.errors import PROG, ConfigError, deprecated, fail, parser_error_line, unknown_name
 from lightning_bench.models import MODEL_ALIASES, TransformerLM
 from lightning_bench.options import Fraction
 from lightning_bench.results.io import check_output
+from lightning_bench.results.meta import command_argv, recorded_command
 from lightning_bench.results.naming import latest_run_folder, new_run_id
 from lightning_bench.results.recorder import run_name
 
@@ -45,11 +51,115 @@ class OneLineErrorParser(LightningArgumentParser):
     """jsonargparse prints usage + a nested multi-line message; researchers get one line that says what
     was given and what is allowed (errors.parser_error_line)."""
 
+    subcommand: Optional[str] = None  # fit/validate/test/predict on a subcommand's parser
+
     def error(self, message: str, ex: Optional[Exception] = None):
         key = re.match(r'Parser key "([^"]+)"', str(message))
         action = next((a for a in self._actions if key and a.dest == key.group(1)), None)
         hint = getattr(action, "_typehint", None)  # the declared type, kept by jsonargparse's ActionTypeHint
-        fail(parser_error_line(message, sys.argv[1:], get_args(hint) if get_origin(hint) is Literal else ()))
+        # the flags as typed (jsonargparse's nested class parsers report `eval_batch_size`, not `--data.…`)
+        argv = command_argv()
+        fail(parser_error_line(message, argv, get_args(hint) if get_origin(hint) is Literal else ()))
+
+
+def _is_spec(value: str) -> bool:
+    """A value jsonargparse reads itself: a class path, JSON, or a config file."""
+    return "." in value or value.startswith("{") or value.endswith((".yaml", ".yml", ".json"))
+
+
+def model_shorthand(value: str) -> tuple[str, str]:
+    """`--model transformer` is `--model lightning_bench.models.TransformerLM` (models.MODEL_ALIASES)."""
+    if value in MODEL_ALIASES:
+        return MODEL_ALIASES[value], "--model"
+    if not _is_spec(value):
+        raise unknown_name("model", value, MODEL_ALIASES)
+    return value, "--model"
+
+
+def data_shorthand(value: str) -> tuple[str, str]:
+    """`--data ptb` is `--data.source ptb`: the source of the data class in use (LMDataModule by default)."""
+    if value in DATA_ALIASES:
+        return value, "--data.source"
+    if not _is_spec(value):
+        raise unknown_name("data", value, DATA_ALIASES)
+    return value, "--data"
+
+
+def sparsity_shorthand(value: str) -> tuple[str, str]:
+    """`--sparsity h2o` is `--sparsity.method h2o`; a JSON mapping or a file is the whole group."""
+    return value, ("--sparsity" if value.startswith("{") or value.endswith((".yaml", ".yml", ".json"))
+                   else "--sparsity.method")
+
+
+# deprecated spellings of the trainer commands' options: old -> new (one note each time one is given)
+DEPRECATED_OPTIONS = {"--sparsity.params": "--sparsity.method_params"}
+
+
+class Shorthand(ActionTypeHint):
+    """jsonargparse's own action for a typed option, which first reads a short value as the option it
+    stands for (`expand(value) -> (value, option)`), so `--model bk` parses exactly as the class path
+    given to `--model` would, in its place among the other options; a deprecated sub-option
+    (DEPRECATED_OPTIONS) parses as its new spelling, with one note."""
+
+    expand: Callable[[str], tuple[str, str]]
+
+    def __call__(self, *args, **kwargs):
+        if args and isinstance(args[2], str) and args[3] in self.option_strings:
+            parser, cfg, value, _ = args
+            args = (parser, cfg, *self.expand(value))
+        elif args and args[3] in DEPRECATED_OPTIONS:
+            deprecated(args[3], DEPRECATED_OPTIONS[args[3]])
+            args = (*args[:3], DEPRECATED_OPTIONS[args[3]])
+        return super().__call__(*args, **kwargs)
+
+    @classmethod
+    def install(cls, parser, option: str, expand: Callable[[str], tuple[str, str]]) -> None:
+        """Give `option`, added as jsonargparse's ActionTypeHint (by LightningCLI or add_argument), this
+        reading of short values; the action keeps its type, default and help. (jsonargparse builds the
+        action itself from the type, so the class is changed on the built action.)"""
+        action = parser._option_string_actions[option]
+        assert type(action) is ActionTypeHint, f"{option}: {type(action).__name__}"  # a jsonargparse change
+        action.__class__ = type(f"{cls.__name__}_{option[2:]}", (cls,), {"expand": staticmethod(expand)})
+
+
+@dataclasses.dataclass
+class SparsityOptions:
+    """KV-cache eviction during validate/test/predict (`--sparsity h2o` = `--sparsity.method h2o`)."""
+
+    method: Optional[str] = None
+    """KV eviction method (lightning_bench.sparsity.METHODS); none = dense"""
+    ratio: Optional[Fraction] = None
+    """fraction evicted, [0, 1)"""
+    budget_tokens: Optional[PositiveInt] = None
+    """fixed cache budget instead of a ratio"""
+    chunk_size: PositiveInt = 16
+    """tokens fed per streaming step (1 = exact per-token streaming)"""
+    interval: PositiveInt = 1
+    """compress every N chunks"""
+    method_params: Optional[dict] = None
+    """the method's parameters, e.g. '{recent_ratio: 0.3}' (sparsity/methods.py)"""
+    rounding: Literal["ceil", "floor"] = "ceil"
+    """budget = ceil or floor((1 - ratio) * tokens seen); floor is int(), as kvpress"""
+    rerotate: bool = False
+    """re-rotate kept keys to contiguous RoPE positions"""
+
+
+class TaskOption(argparse.Action):
+    """`--task glue/sst2` (repeatable, or comma-separated): the task DataModule of the command's protocol,
+    set where `--task` stands as `--data CLASS --data.tasks NAMES` would be, so the `--data.*` options
+    that follow are that class's. The protocol is settled after parsing (`settle_task_protocol`), when
+    `--ckpt_path` and `--data.protocol` are known wherever they stand."""
+
+    def __call__(self, parser, cfg, value, option_string=None):
+        from lightning_bench.data.downstream.protocol import PROTOCOL_CLASSES
+        from lightning_bench.data.tasks import expand_tasks
+
+        tasks = [*(cfg.get(self.dest) or []), value]
+        expand_tasks(",".join(tasks))  # unknown names fail here, in one line, before anything loads
+        cfg[self.dest] = tasks
+        data = parser._option_string_actions["--data"]
+        data(parser, cfg, PROTOCOL_CLASSES[parser.task_protocol], "--data")
+        data(parser, cfg, ",".join(tasks), "--data.tasks")
 
 
 class ConfigToLogger(SaveConfigCallback):
@@ -62,6 +172,62 @@ class ConfigToLogger(SaveConfigCallback):
 
 
 class LightningBenchCLI(LightningCLI):
+    def __init__(self, argv: list[str], **kwargs):
+        self.argv = list(argv)  # as typed: parsed as given (`args=`), read by option_given and _refuse_conflicts
+        super().__init__(args=self.argv, **kwargs)
+
+    def _prepare_subcommand_parser(self, klass, subcommand: str, **kwargs) -> LightningArgumentParser:
+        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        # `--task` sets its protocol's DataModule while parsing, so the --data.* options are that class's
+        parser.task_protocol = self._expected_task_protocol(subcommand)
+        if any(a == "--task" or a.startswith("--task=") for a in self.argv):
+            # the task DataModule is the default, so --data.* options before `--task` are that class's too
+            from lightning_bench.data.downstream.protocol import PROTOCOL_CLASSES
+
+            parser.set_defaults({"data": {"class_path": PROTOCOL_CLASSES[parser.task_protocol]}})
+        return parser
+
+    def _expected_task_protocol(self, subcommand: str) -> str:
+        """The protocol `--task` will be scored with, read (not changed) from the command as typed: a
+        fine-tuned `--ckpt_path` makes `test --task` the finetune protocol, whose options (e.g.
+        --data.val_fraction) must parse. A checkpoint that cannot be read is refused, in one line, by
+        `_settle_task_protocol` after parsing; here it falls back to the command's default."""
+        from lightning_bench.data.downstream.protocol import choose_protocol
+
+        try:
+            return choose_protocol(subcommand, option_value(self.argv, "--ckpt_path"),
+                                   option_value(self.argv, "--data.protocol") or "auto")
+        except ConfigError:
+            return "finetune" if subcommand == "fit" else "prompted"
+
+    def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
+        """Parsed from `args` only (LightningCLI's own warns whenever sys.argv holds arguments too), then
+        the choice that needs the whole command: the task protocol."""
+        self.config = parser.parse_args(args)
+        if self.config.get("subcommand"):
+            self._settle_task_protocol(self.config.subcommand)
+
+    def _settle_task_protocol(self, subcommand: str) -> None:
+        """`--task`'s DataModule is the protocol's (data/downstream/protocol.py), chosen from the command,
+        `--ckpt_path` and `--data.protocol`; a --config's data class gives way to it, its same-named
+        options carried over by jsonargparse."""
+        from lightning_bench.data.downstream.protocol import PROTOCOL_CLASSES, choose_protocol
+
+        cfg = self.config[subcommand]
+        if not cfg.get("task"):
+            if cfg.protocol != "auto":
+                raise ConfigError(f"--data.protocol {cfg.protocol} says how --task is scored; give --task")
+            return
+        ckpt = cfg.get("ckpt_path")
+        protocol = choose_protocol(subcommand, ckpt, cfg.protocol)
+        if protocol == "finetune" and subcommand != "fit" and ckpt:
+            print(f"{PROG}: {ckpt}: scoring with the finetune protocol (its task head)", file=sys.stderr)
+        target = PROTOCOL_CLASSES[protocol]
+        if cfg.data is None or cfg.data.class_path != target:
+            tasks = ",".join(cfg.task)
+            data = {"class_path": target, "init_args": {"tasks": tasks}}
+            self.config = self.parser.parse_object({subcommand: {"data": data}}, self.config)
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--bits", type=Literal[32, 16, 8, 4], default=32,
                             help="32 = fp32, 16 = mixed precision (bf16 where supported); 8/4 = quantization")
@@ -69,21 +235,16 @@ class LightningBenchCLI(LightningCLI):
                             help="where the JSON record of the run is written")
         parser.add_argument("--wandb", type=bool, default=False,
                             help="log to Weights & Biases (offline unless you are logged in)")
-        # KV-cache eviction during validate/test/predict (`--sparsity h2o` = `--sparsity.method h2o`)
-        parser.add_argument("--sparsity.method", type=Optional[str], default=None,
-                            help="KV eviction method (lightning_bench.sparsity.METHODS); none = dense")
-        parser.add_argument("--sparsity.ratio", type=Optional[Fraction], default=None, help="fraction evicted, [0, 1)")
-        parser.add_argument("--sparsity.budget_tokens", type=Optional[PositiveInt], default=None,
-                            help="fixed cache budget instead of a ratio")
-        parser.add_argument("--sparsity.chunk_size", type=PositiveInt, default=16,
-                            help="tokens fed per streaming step (1 = exact per-token streaming)")
-        parser.add_argument("--sparsity.interval", type=PositiveInt, default=1, help="compress every N chunks")
-        parser.add_argument("--sparsity.params", type=Optional[dict], default=None,
-                            help="the method's parameters, e.g. '{recent_ratio: 0.3}' (sparsity/methods.py)")
-        parser.add_argument("--sparsity.rounding", type=Literal["ceil", "floor"], default="ceil",
-                            help="budget = ceil or floor((1 - ratio) * tokens seen); floor is int(), as kvpress")
-        parser.add_argument("--sparsity.rerotate", type=bool, default=False,
-                            help="re-rotate kept keys to contiguous RoPE positions")
+        parser.add_argument("--sparsity", type=Optional[SparsityOptions], default=SparsityOptions(),
+                            help="KV eviction during validate/test/predict: `--sparsity METHOD` or --sparsity.*")
+        parser.add_argument("--task", action=TaskOption, default=None, metavar="NAMES",
+                            help="downstream task(s): glue, glue/sst2, mmlu, ... (`lightning_bench aliases`)")
+        parser.add_argument("--data.protocol", dest="protocol", type=str, default="auto",
+                            help="how --task is run: auto (fit fine-tunes; test prompts, or scores a "
+                                 "fine-tuned checkpoint's head), prompted or finetune")
+        Shorthand.install(parser, "--model", model_shorthand)
+        Shorthand.install(parser, "--data", data_shorthand)
+        Shorthand.install(parser, "--sparsity", sparsity_shorthand)
         parser.add_argument("--optimizer_8bit", type=bool, default=False,
                             help="bitsandbytes AdamW8bit instead of torch AdamW (same groups and schedule)")
         parser.add_argument("--profile", type=bool, default=True,
@@ -123,8 +284,8 @@ class LightningBenchCLI(LightningCLI):
     def _refuse_conflicts(self, checkpoint: dict, where, strict: bool) -> None:
         model = self.config[self.config.subcommand].model
         explicit = {a[2:].split("=", 1)[0].removeprefix("model.").removeprefix("init_args.")
-                    for a in sys.argv if a.startswith("--model.")}
-        if "--model" in sys.argv or any(a.startswith("--model=") for a in sys.argv):
+                    for a in self.argv if a.startswith("--model.")}
+        if "--model" in self.argv or any(a.startswith("--model=") for a in self.argv):
             explicit.add("class_path")
         conflicts = model_conflicts(checkpoint, model.class_path, dict(model.init_args or {}), explicit, strict)
         if conflicts:
@@ -223,17 +384,19 @@ class LightningBenchCLI(LightningCLI):
 
             trainer.callbacks.append(QuantizationCallback(cfg.bits))
         if cfg.optimizer_8bit:
-            self.model.use_8bit_optimizer()
-        if cfg.sparsity.method is not None:
+            from lightning_bench.quantization import adamw8bit
+
+            self.model.use_8bit_optimizer(optimizer=adamw8bit)
+        sp = cfg.sparsity or SparsityOptions()
+        if sp.method is not None:
             if self.subcommand == "fit":
                 raise ConfigError("--sparsity applies to validate/test/predict, not fit")
             from lightning_bench.sparsity.callback import SparsityCallback
 
-            sp = cfg.sparsity
             trainer.callbacks.append(SparsityCallback(sp.method, sp.ratio, sp.budget_tokens, sp.chunk_size,
-                                                      sp.interval, sp.rerotate, sp.params, sp.rounding))
-        elif cfg.sparsity.params:
-            raise ConfigError("--sparsity.params needs a method: --sparsity METHOD")
+                                                      sp.interval, sp.rerotate, sp.method_params, sp.rounding))
+        elif sp.method_params:
+            raise ConfigError("--sparsity.method_params needs a method: --sparsity METHOD")
         if cfg.profile:
             from lightning_bench.profiling import ProfilingCallback
 
@@ -268,7 +431,7 @@ class LightningBenchCLI(LightningCLI):
 
         dm = self.datamodule
         if (self.subcommand == "fit" or not isinstance(self.model, HFLanguageModel) or not isinstance(dm, LMDataModule)
-                or option_given(sys.argv[1:], "data", "seq_len")):
+                or option_given(self.argv, "data", "seq_len")):
             return
         context = self.model.max_seq_len
         if not context:
@@ -307,7 +470,7 @@ class LightningBenchCLI(LightningCLI):
         return isinstance(self.datamodule, TaskDataModule)
 
     def before_test(self) -> None:
-        # the protocol (prompted / fine-tuned head) was chosen with the DataModule class, in expand_aliases
+        # the protocol (prompted / fine-tuned head) was chosen with the DataModule class, in _settle_task_protocol
         if self._downstream and self.trainer.limit_test_batches not in (None, 1.0):
             raise ConfigError("--trainer.limit_test_batches would leave requests unscored; use --data.max_samples")
 
@@ -325,91 +488,23 @@ class LightningBenchCLI(LightningCLI):
         self._headline()
 
 
-def expand_aliases(argv: list[str]) -> list[str]:
-    """`--model transformer` -> class path; `--data ptb` -> `--data.source ptb` (LMDataModule);
-    `--task glue/sst2` (repeatable, or comma-separated) -> the task DataModule of the command's protocol
-    (data/downstream/protocol.py: fit fine-tunes, test prompts or scores a fine-tuned checkpoint's head)."""
-    argv, tasks, task_data = _take_tasks(argv)
-    out, i = [], 0
-    if tasks:
-        # the data class must follow the configs (which may name another DataModule) and precede any
-        # --data.* option: it goes after the last --config, else right after the subcommand
-        head = 1 if argv and not argv[0].startswith("-") else 0
-        for j, arg in enumerate(argv):
-            if arg == "--config":
-                head = j + 2
-            elif arg.startswith("--config="):
-                head = j + 1
-        out, argv = [*argv[:head], "--data", task_data, "--data.tasks", ",".join(tasks)], argv[head:]
-    while i < len(argv):
-        arg = argv[i]
-        key, value, consumed = None, None, 1
-        if arg == "--sparsity" and i + 1 < len(argv):
-            out += ["--sparsity.method", argv[i + 1]]
-            i += 2
-            continue
-        if arg.startswith("--sparsity="):
-            out += ["--sparsity.method", arg.split("=", 1)[1]]
-            i += 1
-            continue
-        for flag in ("--model", "--data"):
-            if arg == flag and i + 1 < len(argv):
-                key, value, consumed = flag, argv[i + 1], 2
-            elif arg.startswith(flag + "="):
-                key, value = flag, arg.split("=", 1)[1]
-        if key == "--model" and not value.startswith("{"):
-            if value in MODEL_ALIASES:
-                value = MODEL_ALIASES[value]
-            elif "." not in value and not value.endswith((".yaml", ".yml", ".json")):
-                raise unknown_name("model", value, MODEL_ALIASES)
-            out += [key, value]
-        elif key == "--data" and not value.startswith("{"):
-            if value in DATA_ALIASES:
-                out += ["--data.source", value]
-            elif "." not in value and not value.endswith((".yaml", ".yml", ".json")):
-                raise unknown_name("data", value, DATA_ALIASES)
-            else:
-                out += [key, value]
-        else:
-            out.append(arg)
-        i += consumed
-    return out
-
-
-def _take_tasks(argv: list[str]) -> tuple[list[str], list[str], Optional[str]]:
-    """(argv without --task / --data.protocol, the tasks, the class path of their DataModule)."""
-    rest, values, i = [], {"--task": [], "--data.protocol": [], "--ckpt_path": []}, 0
-    while i < len(argv):
-        flag, _, inline = argv[i].partition("=")
-        if flag in values and (inline or i + 1 < len(argv)):
-            values[flag].append(inline or argv[i + 1])
-            i += 1 if inline else 2
-            if flag == "--ckpt_path":  # Lightning reads it too
-                rest += [flag, values[flag][-1]]
-        else:
-            rest.append(argv[i])
-            i += 1
-    tasks = values["--task"]
-    if not tasks:
-        return [*rest, *(a for p in values["--data.protocol"] for a in ("--data.protocol", p))], tasks, None
-    from lightning_bench.data.downstream.protocol import PROTOCOL_CLASSES, choose_protocol
-    from lightning_bench.data.tasks import expand_tasks
-
-    expand_tasks(",".join(tasks))  # unknown names fail here, in one line, before anything loads
-    subcommand = argv[0] if argv and not argv[0].startswith("-") else None
-    ckpt = values["--ckpt_path"][-1] if values["--ckpt_path"] else None
-    protocol = choose_protocol(subcommand, ckpt, (values["--data.protocol"] or ["auto"])[-1])
-    if protocol == "finetune" and subcommand != "fit" and ckpt:
-        print(f"{PROG}: {ckpt}: scoring with the finetune protocol (its task head)", file=sys.stderr)
-    return rest, tasks, PROTOCOL_CLASSES[protocol]
-
-
 def check_trainer_values(trainer) -> None:
     """Values Lightning accepts and then fails on mid-run (`val_check_interval 0` divides by it)."""
     for name in ("val_check_interval", "check_val_every_n_epoch", "log_every_n_steps", "accumulate_grad_batches"):
         value = trainer.get(name)
         if value is not None and not isinstance(value, bool) and value <= 0:
             raise ConfigError(f"--trainer.{name}: got {value}; expected a number > 0")
+
+
+def option_value(argv: list[str], option: str) -> Optional[str]:
+    """The last value given to `option` in `argv` (`--option VALUE` or `--option=VALUE`), else None."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == option and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(option + "="):
+            value = arg.split("=", 1)[1]
+    return value
 
 
 def option_given(argv: list[str], group: str, name: str) -> bool:
@@ -471,21 +566,20 @@ def remove_empty_log_dirs(trainer) -> None:
 
 
 def run_cli(argv: list[str]) -> LightningBenchCLI:
+    """One fit/validate/test/predict, in-process, parsed from `argv` as typed (sys.argv is not read)."""
     quiet_lightning()
-    argv = expand_aliases(argv)
+    argv = list(argv)
     check_yaml_files(argv)
-    # LightningCLI reads sys.argv itself (and warns when given both): hand it the expanded arguments
-    sys.argv = [PROG, *argv]
-    return LightningBenchCLI(
-        model_class=None, datamodule_class=None, subclass_mode_model=True, subclass_mode_data=True,
-        args=None, parser_class=OneLineErrorParser, save_config_callback=ConfigToLogger,
-        save_config_kwargs={"overwrite": True}, seed_everything_default=1234,
-        parser_kwargs={"prog": PROG, "default_env": False,
-                       "default_config_files": [], "parser_mode": "yaml"},
-        auto_configure_optimizers=False,
-        trainer_defaults={"max_epochs": 1, "log_every_n_steps": 10},
-    )
-
+    with recorded_command(argv):  # the records name this command (an experiment runs several per process)
+        return LightningBenchCLI(
+            argv, model_class=None, datamodule_class=None, subclass_mode_model=True, subclass_mode_data=True,
+            parser_class=OneLineErrorParser, save_config_callback=ConfigToLogger,
+            save_config_kwargs={"overwrite": True}, seed_everything_default=1234,
+            parser_kwargs={"prog": PROG, "default_env": False,
+                           "default_config_files": [], "parser_mode": "yaml"},
+            auto_configure_optimizers=False,
+            trainer_defaults={"max_epochs": 1, "log_every_n_steps": 10},
+        )
 
 
 def finish_loggers(trainer) -> None:

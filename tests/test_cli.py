@@ -4,11 +4,11 @@ import hashlib
 import json
 import math
 
+import lightning.pytorch  # noqa: F401 - imported outside capsys: Lightning's log handler keeps the stderr of its import
 import pytest
 import yaml
 
 from lightning_bench.cli import main
-from lightning_bench.trainer_cli import expand_aliases
 
 TINY_MODEL = ["--model", "transformer", "--model.n_layer", "1", "--model.d_model", "32", "--model.n_head", "2",
               "--model.warmup_steps", "2"]
@@ -142,10 +142,14 @@ def test_bad_input_is_one_clear_line(case, tiny_corpus, tmp_path, capsys):
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())  # no half-written result
 
 
-def test_aliases_expand_and_class_paths_pass_through():
-    assert expand_aliases(["fit", "--model", "hf", "--data=ptb"]) == [
-        "fit", "--model", "lightning_bench.models.HFLanguageModel", "--data.source", "ptb"]
-    assert expand_aliases(["fit", "--model", "my_pkg.MyLM"]) == ["fit", "--model", "my_pkg.MyLM"]
+def test_aliases_are_read_by_the_parser_and_class_paths_pass_through(capsys):
+    code, out, _ = run(["fit", "--model", "hf", "--data=ptb", "--data.seq_len", "16", "--print_config"], capsys)
+    config = yaml.safe_load(out)
+    assert code in (0, None) and config["model"]["class_path"] == "lightning_bench.models.HFLanguageModel"
+    assert config["data"]["class_path"] == "lightning_bench.data.LMDataModule"
+    assert config["data"]["init_args"]["source"] == "ptb" and config["data"]["init_args"]["seq_len"] == 16
+    code, out, _ = run(["fit", "--model", "lightning_bench.models.ResNetBKLM", "--print_config"], capsys)
+    assert yaml.safe_load(out)["model"]["class_path"] == "lightning_bench.models.ResNetBKLM"
 
 
 def test_print_config_round_trips(capsys, tmp_path):

@@ -114,14 +114,14 @@ def _one_line(command, argv, capsys) -> str:
 
 def test_generate_ruler_errors_are_one_line(tmp_path, capsys):
     assert _one_line(ruler_main, ["--tokenizer", "gpt2"], capsys) == \
-        "generate_ruler: the following arguments are required: --out"
-    assert _one_line(ruler_main, ["--tokenizer", "gpt2", "--out", "d", "--lengths", "-5"], capsys) == \
+        "generate_ruler: the following arguments are required: --data_dir/--out"
+    assert _one_line(ruler_main, ["--tokenizer", "gpt2", "--data_dir", "d", "--lengths", "-5"], capsys) == \
         "generate_ruler: argument --lengths: got '-5'; expected an int > 0"
-    assert _one_line(ruler_main, ["--tokenizer", "gpt2", "--out", "d", "--depth", "101"], capsys) == \
+    assert _one_line(ruler_main, ["--tokenizer", "gpt2", "--data_dir", "d", "--depth", "101"], capsys) == \
         "generate_ruler: argument --depth: got '101'; expected a float in [0, 100]"
     # the output is checked first: a missing tokenizer would be the next complaint
-    line = _one_line(ruler_main, ["--tokenizer", str(tmp_path / "none"), "--out", PROC], capsys)
-    assert line.startswith(f"--out {PROC}: cannot write there")
+    line = _one_line(ruler_main, ["--tokenizer", str(tmp_path / "none"), "--data_dir", PROC], capsys)
+    assert line.startswith(f"--data_dir {PROC}: cannot write there")
     assert not (tmp_path / "d").exists()
 
 
@@ -129,11 +129,12 @@ def test_infinitebench_generate_errors_are_one_line(tmp_path, capsys):
     assert _one_line(infinitebench_main, ["--tokenizer", "gpt2"], capsys) == \
         "infinitebench_generate: the following arguments are required: --task, --lengths/--length"
     base = ["--task", "passkey", "--tokenizer", str(tmp_path / "none"), "--lengths", "256"]
-    assert "not allowed with argument --out" in _one_line(
-        infinitebench_main, [*base, "--out", str(tmp_path), "-o", str(tmp_path / "x.jsonl")], capsys)
+    assert "not allowed with argument --data_dir/--out" in _one_line(
+        infinitebench_main, [*base, "--data_dir", str(tmp_path), "-o", str(tmp_path / "x.jsonl")], capsys)
     assert _one_line(infinitebench_main, [*base, "--depth", "1.5", "-o", "x.jsonl"], capsys) == \
         "infinitebench_generate: argument --depth: got '1.5'; expected a float in [0, 1]"
-    assert _one_line(infinitebench_main, [*base, "--out", PROC], capsys).startswith(f"--out {PROC}: cannot write")
+    assert _one_line(infinitebench_main, [*base, "--data_dir", PROC], capsys).startswith(
+        f"--data_dir {PROC}: cannot write")
     assert _one_line(infinitebench_main, [*base, "-o", str(tmp_path)], capsys) == \
         f"-o {tmp_path}: is a folder; name a file to write"
     assert not list(tmp_path.iterdir())

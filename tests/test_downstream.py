@@ -95,23 +95,20 @@ def test_left_truncation_keeps_the_continuation(gpt2):
         assert len(row.tokens) <= 16 and row.truncated > 0 and row.tokens[row.scored_from + 1:] == row.targets[:-1]
 
 
-class KeepEverything:
-    """Stands in for an applied KV eviction that evicts nothing: its logits are the network's own."""
+def KeepEverything():
+    """A KV eviction that evicts nothing (dense): generation runs on the KV engine, not HF generate."""
+    from lightning_bench.sparsity.streaming import StreamingEviction
 
-    def logits(self, module, input_ids, logits_to_keep):
-        return module.network_forward(input_ids, logits_to_keep).logits
+    return StreamingEviction.build("dense")
 
 
 def test_greedy_generation_through_lm_forward_equals_hf_generate(tiny_module, gpt2):
     ids = torch.tensor([gpt2.encode("Title: x\n\nQuestion: what?\n\nAnswer:")])
     batch = {"input_ids": ids, "request_id": torch.tensor([0])}
     cached = prompted.generate(tiny_module, batch, tokenizer=gpt2, max_new_tokens=6)
-    previous = getattr(tiny_module, "active_eviction", None)
-    tiny_module.active_eviction = KeepEverything()  # as under KV eviction: every step through lm_forward
-    try:
-        recomputed = prompted.generate(tiny_module, batch, tokenizer=gpt2, max_new_tokens=6, no_answer_tokens=[7, 8])
-    finally:
-        tiny_module.active_eviction = previous
+    # as under KV eviction: decoded on the KV engine's cache
+    recomputed = prompted.generate(tiny_module, batch, tokenizer=gpt2, max_new_tokens=6, no_answer_tokens=[7, 8],
+                                   kv=KeepEverything())
     assert cached["tokens"] == recomputed["tokens"] and len(cached["tokens"][0]) == 6
     na_prob = math.exp(by_hand(tiny_module, ids[0].tolist() + [7, 8], 2))  # P(7, 8 | prompt)
     assert recomputed["no_answer_prob"][0] == pytest.approx(na_prob, rel=1e-4)

@@ -42,7 +42,7 @@ def _results(results_dir: Path) -> dict:
 
 def test_grid_results_summary_and_dense_equal_to_test(tiny_hf, shared_data, tmp_path, capsys):
     code, out, err = run(_args(tiny_hf, shared_data, tmp_path / "r", "--tasks", "xsum", "--methods", "dense", "h2o",
-                               "streaming_llm", "--sparsity", "0.5", "--protocols", "query_aware", "query_agnostic"),
+                               "streaming_llm", "--ratios", "0.5", "--protocols", "query_aware", "query_agnostic"),
                          capsys)
     assert code == 0, err
     results = _results(tmp_path / "r")
@@ -78,7 +78,7 @@ def test_sparsity_zero_reproduces_dense_for_every_method_and_protocol(tiny_hf, s
     from lightning_bench.sparsity.methods import METHODS
 
     code, _, err = run(_args(tiny_hf, shared_data, tmp_path, "--tasks", "xsum", "--max_samples", "1",
-                             "--methods", *METHODS, "--sparsity", "0.0", "--protocols", "query_aware",
+                             "--methods", *METHODS, "--ratios", "0.0", "--protocols", "query_aware",
                              "query_agnostic"), capsys)
     assert code == 0, err
     cells = _results(tmp_path)["cells"]
@@ -95,7 +95,7 @@ def _driver(args, **popen):
 
 
 def test_killed_run_resumes_to_the_same_results_and_damaged_cells_are_recomputed(tiny_hf, shared_data, tmp_path):
-    grid = ["--tasks", "xsum", "squad_v2", "--methods", "dense", "h2o", "tova", "--sparsity", "0.5", "0.9"]
+    grid = ["--tasks", "xsum", "squad_v2", "--methods", "dense", "h2o", "tova", "--ratios", "0.5", "0.9"]
     whole = _driver(_args(tiny_hf, shared_data, tmp_path / "whole", *grid))
     assert whole.wait(timeout=600) == 0, whole.stderr.read()
 
@@ -127,7 +127,7 @@ def test_a_group_stopped_mid_way_resumes_after_its_last_finished_example(tiny_hf
                                                                          monkeypatch):
     from lightning_bench.sparsity import task_decode
 
-    grid = ["--tasks", "xsum", "--max_samples", "4", "--methods", "dense", "h2o", "tova", "--sparsity", "0.5",
+    grid = ["--tasks", "xsum", "--max_samples", "4", "--methods", "dense", "h2o", "tova", "--ratios", "0.5",
             "--protocols", "query_agnostic"]
     code, _, err = run(_args(tiny_hf, shared_data, tmp_path / "whole", *grid), capsys)
     assert code == 0, err
@@ -172,7 +172,9 @@ def test_a_group_stopped_mid_way_resumes_after_its_last_finished_example(tiny_hf
 
 @pytest.mark.parametrize("args, message", [
     (["--tasks", "xsum", "--methods", "dense", "h2x"], "unknown sparsity method 'h2x'; valid: cab, cab_v3"),
-    (["--tasks", "xsum", "--sparsity", "1.0"], "--sparsity: got '1.0'; expected a float in [0, 1)"),
+    # the deprecated spelling is an optional field (absent unless given): its range reads "or null"
+    (["--tasks", "xsum", "--sparsity", "1.0"], "--sparsity: got '[1.0]'; expected a float in [0, 1) or null"),
+    (["--tasks", "xsum", "--ratios", "1.0"], "--ratios: got '1.0'; expected a float in [0, 1)"),
     (["--tasks", "xsumm"], "unknown benchmark or task 'xsumm'; valid: groups"),
     (["--tasks", "xsum", "--budget_tokens", "100000"], "--budget_tokens 100000 is larger than the shortest prompt"),
     (["--tasks", "glue/sst2"], "glue/sst2 is scored by log-likelihood, not generated"),
@@ -242,7 +244,7 @@ def test_bits_8_runs_the_grid_on_low_bit_layers_and_is_part_of_the_fingerprint(t
                                                                                  capsys):
     """--bits 8 composes with the methods and both protocols: the cells run on bitsandbytes int8 layers (the
     record says which, and how many), and a cell folder written at 32 bits is refused at 8 (and back)."""
-    grid = ("--tasks", "xsum", "--methods", "dense", "h2o", "--sparsity", "0.5", "--protocols", "query_aware",
+    grid = ("--tasks", "xsum", "--methods", "dense", "h2o", "--ratios", "0.5", "--protocols", "query_aware",
             "query_agnostic")
     code, out, err = run(_args(tiny_hf, shared_data, tmp_path / "r", *grid, "--bits", "8"), capsys)
     assert code == 0, err

@@ -18,7 +18,8 @@ from typing import Union
 import pytest
 from filelock import FileLock
 
-from lightning_bench.experiments.core.store import CellDocument, claim
+from lightning_bench.experiments.core.store import claim
+from lightning_bench.experiments.sweep.store import CellDocument
 from lightning_bench.experiments.downstream.config import DownstreamConfig
 from lightning_bench.experiments.generation.config import GenerationConfig
 from lightning_bench.experiments.multi_dataset import MultiDatasetConfig
@@ -53,15 +54,15 @@ def test_two_concurrent_downstream_runs_compute_each_cell_once(tiny_hf, shared_d
     for it and reuses it."""
     grid = ["downstream", "--model.pretrained", str(tiny_hf), "--data_dir", str(shared_data), "--results_dir",
             str(tmp_path / "r"), "--name", "t", "--tasks", "xsum", "squad_v2", "--methods", "dense", "h2o",
-            "--sparsity", "0.5", "--protocols", "query_aware", "query_agnostic", "--max_samples", "1",
-            "--max_new_tokens", "2", "--max_length", "192", "--device", "cpu", "--threads", "1"]
+            "--ratios", "0.5", "--protocols", "query_aware", "query_agnostic", "--max_samples", "1",
+            "--max_new_tokens", "2", "--max_length", "192", "--accelerator", "cpu", "--threads", "1"]
     logs = [tmp_path / "first.log", tmp_path / "second.log"]
     (tmp_path / "r" / "t" / ".locks" / "cells").mkdir(parents=True)
     with FileLock(tmp_path / "r" / "t" / ".locks" / "cells" / "xsum__query_aware_seed1234.lock"):
         runs = [_driver(grid, log) for log in logs]
         errors = lambda: [log.with_suffix(".err").read_text() for log in logs]  # noqa: E731
         deadline = time.time() + 300
-        while not all("xsum / query_aware / seed 1234: another run is computing it" in log.read_text()
+        while not all("xsum__query_aware_seed1234: another run is computing it" in log.read_text()
                       for log in logs):
             assert time.time() < deadline and all(r.poll() is None for r in runs), errors()
             time.sleep(0.1)
@@ -72,7 +73,7 @@ def test_two_concurrent_downstream_runs_compute_each_cell_once(tiny_hf, shared_d
     computed = [re.findall(r"\] (\S+): \S+ \S+  kept", out) for out in outputs]
     assert len(cells) == 8 and sorted(computed[0] + computed[1]) == cells  # each cell by one of the runs
     for out, mine in zip(outputs, computed):
-        reused = re.findall(r"\] (\S+): done (?:by another run|before)", out)  # before: it started late
+        reused = re.findall(r"\] (\S+): (?:done by another run|skipped \(done before)", out)  # before: it started late
         assert sorted(reused + mine) == cells  # and reused by the other
     summaries = [out.split("_summary.txt\n", 1)[1] for out in outputs]
     assert summaries[0] == summaries[1] and summaries[0].count("query_agnostic") == 4  # both runs: all 8 cells

@@ -41,9 +41,9 @@ def tiny_model(tmp_path_factory) -> Path:
 def command(model, corpus, *extra, methods=("dense", "h2o", "cab"), sparsity=("0.5", "0.75"), ctx=("16",),
             seeds=("1", "2"), samples="3", continuation="4"):
     return ["generation", "--model.pretrained", str(model), "--data", f"tiny={corpus}", "--methods", *methods,
-            "--sparsity", *sparsity, "--context-length", *ctx, "--continuation-length", continuation,
-            "--num-samples", samples, "--seeds", *seeds, "--experiment-name", "exp", "--results_dir", "r",
-            "--device", "cpu", *extra]
+            "--ratios", *sparsity, "--context-length", *ctx, "--continuation-length", continuation,
+            "--num-samples", samples, "--seeds", *seeds, "--name", "exp", "--results_dir", "r",
+            "--accelerator", "cpu", *extra]
 
 
 def read(path) -> dict:
@@ -159,7 +159,7 @@ def test_resume_skips_finished_cells_and_refuses_another_protocol(tiny_model, ti
 
     code, out, err = run(command(tiny_model, tiny_corpus, **small), capsys)
     assert code in (0, None), err
-    assert out.count(": skipped (exists") == 2 and _mtimes(folder) == before
+    assert out.count(": skipped (done before") == 2 and _mtimes(folder) == before
 
     # a lost cell is recomputed (the same numbers), the other one is not touched
     (folder / "h2o_s0.75_ctx16_seed1.json").unlink()
@@ -197,15 +197,15 @@ def test_resume_skips_finished_cells_and_refuses_another_protocol(tiny_model, ti
     before = _mtimes(folder)
     code, _, err = run(command(tiny_model, tiny_corpus, **{**small, "continuation": "5"}), capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "another protocol" in err
-    code, _, err = run(command(tiny_model, tiny_corpus, "--method-param", "h2o.recent_ratio=0.2", **small), capsys)
-    assert code == 2 and "another protocol" in err
+    code, _, err = run(command(tiny_model, tiny_corpus, "--method_params.h2o.recent_ratio", "0.2", **small), capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "another protocol" in err
     assert _mtimes(folder) == before
 
 
 BAD = {
     "unknown method": (dict(methods=("dense", "h3o")), "unknown sparsity method 'h3o'; valid:"),
-    "sparsity 1": (dict(sparsity=("1.0",)), "--sparsity: got '1.0'; expected a float in [0, 1)"),
-    "negative sparsity": (dict(sparsity=("-0.1",)), "--sparsity: got '-0.1'; expected a float in [0, 1)"),
+    "sparsity 1": (dict(sparsity=("1.0",)), "--ratios: got '1.0'; expected a float in [0, 1)"),
+    "negative sparsity": (dict(sparsity=("-0.1",)), "--ratios: got '-0.1'; expected a float in [0, 1)"),
     "longer than the data": (dict(ctx=("300",)), "longer than the data (tiny's test split: 250 tokens)"),
     "longer than the model": (dict(ctx=("510",)), "longer than the model's max context (512)"),
     "too few windows": (dict(ctx=("100",)), "2 non-overlapping windows of context + continuation = 104 tokens, "
@@ -213,7 +213,7 @@ BAD = {
     # 12 windows of 20 tokens: 2 x 6 fit, 2 x 7 would need a window twice
     "windows drawn twice": (dict(samples="7"), "12 non-overlapping windows of context + continuation = 20 tokens, "
                                                "fewer than --num_samples 7 x 2 seeds = 14"),
-    "bad method parameter": (dict(extra=("--method-param", "h2o.recent_ratio=2")), "recent_ratio must be in [0"),
+    "bad method parameter": (dict(extra=("--method_params.h2o.recent_ratio", "2")), "recent_ratio must be in [0"),
 }
 
 

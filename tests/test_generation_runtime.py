@@ -30,15 +30,11 @@ def test_nucleus_sampling_draws_only_from_the_top_p_set_in_proportion():
 
 @pytest.mark.parametrize("evicting", [False, True])
 def test_sampled_completions_are_seeded_per_request_and_draw(tiny_module, gpt2, evicting):
-    previous = getattr(tiny_module, "active_eviction", None)
-    tiny_module.active_eviction = KeepEverything() if evicting else None  # the lm_forward loop / HF generate
-    try:
-        run = lambda rid, seed=0: prompted.generate(tiny_module, _batch(gpt2, rid=rid), tokenizer=gpt2,  # noqa: E731
-                                                    max_new_tokens=6, samples=4, temperature=1.0, top_p=0.95,
-                                                    seed=seed)
-        first, again, other_seed = run(3), run(3), run(3, seed=1)
-    finally:
-        tiny_module.active_eviction = previous
+    kv = KeepEverything() if evicting else None  # the KV engine / HF generate
+    run = lambda rid, seed=0: prompted.generate(tiny_module, _batch(gpt2, rid=rid), tokenizer=gpt2,  # noqa: E731
+                                                max_new_tokens=6, samples=4, temperature=1.0, top_p=0.95,
+                                                seed=seed, kv=kv)
+    first, again, other_seed = run(3), run(3), run(3, seed=1)
     assert first["samples"] == again["samples"] and len(first["samples"][0]) == 4
     assert len(set(first["samples"][0])) > 1  # four draws, not one repeated
     assert first["samples"] != other_seed["samples"]
@@ -56,12 +52,8 @@ def test_generation_stops_at_a_multi_character_stop_string(tiny_module, gpt2, ev
     free = prompted.generate(tiny_module, batch, tokenizer=gpt2, max_new_tokens=8)["tokens"][0]
     stop = gpt2.decode(free[1:3])  # text made by the 2nd and 3rd tokens
     assert len(stop) > 1
-    previous = getattr(tiny_module, "active_eviction", None)
-    tiny_module.active_eviction = KeepEverything() if evicting else None
-    try:
-        out = prompted.generate(tiny_module, batch, tokenizer=gpt2, max_new_tokens=8, stop_strings=(stop,))
-    finally:
-        tiny_module.active_eviction = previous
+    out = prompted.generate(tiny_module, batch, tokenizer=gpt2, max_new_tokens=8, stop_strings=(stop,),
+                            kv=KeepEverything() if evicting else None)
     assert out["tokens"][0] == free[:3]  # stopped as soon as the text held the stop string
 
 

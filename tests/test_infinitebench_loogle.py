@@ -337,7 +337,7 @@ def generated(tmp_path_factory) -> Path:
     0.3, 1), and the passkey sample's place (`test`) filled by the hand-made fixture."""
     data = tmp_path_factory.mktemp("ib") / "data"
     code = generate_main(["--task", "passkey", "kv_retrieval", "--tokenizer", "gpt2", "--lengths", "4096", "8192",
-                          "--depth", *map(str, SET_DEPTHS), "--seed", "1", "--out", str(data / "infinitebench")])
+                          "--depth", *map(str, SET_DEPTHS), "--seed", "1", "--data_dir", str(data / "infinitebench")])
     assert code == 0
     (data / "infinitebench" / "passkey_8192.first20.jsonl").write_text(
         (FIX / "infinitebench" / "passkey.jsonl").read_text())
@@ -384,11 +384,12 @@ def test_generated_needles_sit_at_the_recorded_depth(generated, gpt2_tokenizer):
 
 
 def test_generator_command_errors_are_one_line(tmp_path, capsys):
-    with pytest.raises(ConfigError, match=r"-o .*one.jsonl holds one task, got --task passkey kv_retrieval; use --out"):
+    with pytest.raises(ConfigError, match=r"-o .*one.jsonl holds one task, got --task passkey kv_retrieval; use --data_dir"):
         generate_main(["--task", "passkey", "kv_retrieval", "--tokenizer", "gpt2", "--lengths", "4096",
                        "-o", str(tmp_path / "one.jsonl")])
-    with pytest.raises(ConfigError, match="infinitebench_generate: argument -o/--output: not allowed with argument --out"):
-        generate_main(["--task", "passkey", "--tokenizer", "gpt2", "--lengths", "4096", "--out", str(tmp_path),
+    with pytest.raises(ConfigError, match="infinitebench_generate: argument -o/--output: not allowed with argument "
+                                          "--data_dir/--out"):
+        generate_main(["--task", "passkey", "--tokenizer", "gpt2", "--lengths", "4096", "--data_dir", str(tmp_path),
                        "-o", str(tmp_path / "one.jsonl")])
     assert not list(tmp_path.iterdir())
 

@@ -73,7 +73,7 @@ def test_sweep_summary_matches_records_and_resumes(tiny_corpus, capsys, tmp_path
     before = files_with_mtimes(tmp_path / "r", but=path)
     code, out, err = run(sweep(datasets), capsys)
     assert code in (0, None), err
-    assert out.count(": skipped (test record exists") == 4
+    assert out.count(": skipped (done before") == 4
     assert files_with_mtimes(tmp_path / "r", but=path) == before
     assert without_timestamp(read(path)) == without_timestamp(summary)
 

@@ -1,7 +1,9 @@
-"""The packages of lightning_bench talk through declared interfaces: no import cycles, and no module or
-test reaches into another package's private (`_name`) names. Both are read from the source with `ast`."""
+"""The packages of lightning_bench talk through declared interfaces: no import cycles, packages import only the
+layers below them (ALLOWED), and no module or test reaches into another package's private (`_name`) names. All are
+read from the source with `ast`."""
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -13,6 +15,7 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.lru_cache(maxsize=1)  # read-only for its callers
 def import_graph() -> dict[str, set[str]]:
     """module -> the lightning_bench modules it imports, at any level (function-level imports too), and the
     packages whose __init__ those imports run."""
@@ -82,15 +85,125 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_cycles():
-    assert cycles(import_graph()) == []
+    assert cycles(without_pending(import_graph())) == []
 
 
 def test_cycle_finder_sees_function_level_imports():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c"]]
     graph = import_graph()
-    assert "lightning_bench.quantization.export" in graph["lightning_bench.models.hf"]  # inside load_quantized
-    assert "lightning_bench.quantization" in graph["lightning_bench.models.hf"]  # whose __init__ that runs
+    assert "lightning_bench.quantization.export" in graph["lightning_bench.results.recorder"]  # inside model_size
+    assert "lightning_bench.quantization" in graph["lightning_bench.results.recorder"]  # whose __init__ that runs
+
+
+# ---- package layers ------------------------------------------------------------------------------------
+# DESIGN.md "Layers": models at the bottom (adapters declaring capabilities); kv engine (sparsity), quantization,
+# profiling, metrics and tasks (evaluation, data) above them; the Lightning recipe (callbacks and records in
+# results, console, checkpoints, trainer_cli) above those; experiment commands on top (cli dispatches them).
+# A module's unit is its top-level package (`lightning_bench.models.hf` -> "models") or top-level module
+# (`lightning_bench.trainer_cli` -> "trainer_cli"), except the helpers in BASE, which every layer may use.
+BASE = frozenset({
+    "lightning_bench", "lightning_bench.errors", "lightning_bench.options", "lightning_bench.hub",
+    "lightning_bench.logging_setup",
+    # file writing (imports errors only); data writes its caches with it. Importing it runs results/__init__.py,
+    # so that stays free of lightning_bench imports too (base may import base only)
+    "lightning_bench.results.io", "lightning_bench.results",
+})
+_MIDDLE = frozenset({"base", "models", "data", "profiling", "quantization", "evaluation", "sparsity"})
+_RECIPE = frozenset({"results", "console", "checkpoints", "trainer_cli"})
+# unit -> the units its modules may import (at any level, function-level imports included). Acyclic (checked).
+ALLOWED: dict[str, frozenset] = {
+    "base": frozenset(),
+    "models": frozenset({"base"}),  # what a model declares is in models/capabilities.py, for the others to read
+    "data": frozenset({"base", "models"}),  # labels use the loss's IGNORE_INDEX (models/token_nll.py)
+    "profiling": frozenset({"base", "models"}),
+    "quantization": frozenset({"base", "models"}),
+    "evaluation": frozenset({"base", "models", "data", "sparsity"}),  # tasks' definitions; decoding on the KV engine
+    "sparsity": frozenset({"base", "models", "data"}),
+    "checkpoints": frozenset({"base"}),
+    "results": _MIDDLE,
+    "console": _MIDDLE,
+    "trainer_cli": _MIDDLE | {"results", "console", "checkpoints"},
+    "experiments": _MIDDLE | _RECIPE,
+    "cli": _MIDDLE | _RECIPE | {"experiments"},
+}
+# Imports outside the table that are scheduled for removal: (importer, imported module) -> who removes it, how.
+# Each must still exist (a removed one is taken off this list); the check and the cycle test skip them.
+PENDING: dict[tuple[str, str], str] = {}
+
+
+def unit(module: str) -> str:
+    return "base" if module in BASE else module.split(".")[1]
+
+
+def _excused(module: str, dep: str, pending) -> bool:
+    """(module, dep) is pending, or dep is a package __init__ that a pending import of module runs."""
+    return any(importer == module and (target == dep or target.startswith(dep + "."))
+               for importer, target in pending)
+
+
+def without_pending(graph: dict[str, set[str]], pending=PENDING) -> dict[str, set[str]]:
+    return {module: {dep for dep in deps if not _excused(module, dep, pending)} for module, deps in graph.items()}
+
+
+def layering_problems(graph: dict[str, set[str]], allowed: dict[str, frozenset], unit_of=unit,
+                      pending=PENDING) -> list[str]:
+    """Every import between units that `allowed` does not list, every cycle between units, every module in a
+    unit the table does not know, and every pending entry that is no longer in the graph."""
+    problems, units = [], {}
+    for module, deps in sorted(without_pending(graph, pending).items()):
+        here = unit_of(module)
+        if here not in allowed:
+            problems.append(f"{module}: unit {here!r} is not in the table of allowed edges")
+        for dep in sorted(deps):
+            there = unit_of(dep)
+            if there == here:
+                continue
+            units.setdefault(here, set()).add(there)
+            if here in allowed and there not in allowed[here]:
+                problems.append(f"{here} -> {there} is not allowed: {module} imports {dep}")
+    problems += [f"package cycle: {' <-> '.join(component)}" for component in cycles(units)]
+    problems += [f"pending {importer} -> {target} no longer exists: take it off PENDING"
+                 for importer, target in pending if target not in graph.get(importer, ())]
+    return problems
+
+
+def test_the_table_of_allowed_edges_is_layered():
+    assert cycles({u: set(lower) - {u} for u, lower in ALLOWED.items()}) == []
+    assert all(lower <= set(ALLOWED) for lower in ALLOWED.values())
+
+
+def test_packages_import_only_the_layers_below_them():
+    assert layering_problems(import_graph(), ALLOWED) == []
+
+
+def test_layering_check_reports_forbidden_edges_package_cycles_and_stale_entries():
+    table = {"base": frozenset(), "low": frozenset({"base"}), "high": frozenset({"base", "low"})}
+    of = lambda module: module.split(".")[0]  # noqa: E731 - made-up modules "unit.module"
+    assert layering_problems({"high.a": {"low.b", "base.c"}, "low.b": {"base.c"}, "base.c": set()}, table, of,
+                             pending={}) == []
+    # low imports high: an edge the table does not allow, and with high -> low a cycle between the two
+    graph = {"high.a": {"low.b"}, "low.b": {"high.x"}, "high.x": set()}
+    assert layering_problems(graph, table, of, pending={}) == [
+        "low -> high is not allowed: low.b imports high.x", "package cycle: high <-> low"]
+    # a table that allows both directions lets each edge through; the cycle is still reported
+    cyclic = {**table, "low": frozenset({"base", "high"})}
+    assert layering_problems(graph, cyclic, of, pending={}) == ["package cycle: high <-> low"]
+    # a unit the table does not know; a pending edge is skipped, and reported once it is gone
+    assert layering_problems({"new.m": {"base.c"}}, table, of, pending={}) == [
+        "new.m: unit 'new' is not in the table of allowed edges"]
+    assert layering_problems(graph, table, of, pending={("low.b", "high.x"): "scheduled"}) == []
+    assert layering_problems({"low.b": set()}, table, of, pending={("low.b", "high.x"): "scheduled"}) == [
+        "pending low.b -> high.x no longer exists: take it off PENDING"]
+    assert unit("lightning_bench.models.capabilities") == "models" and unit("lightning_bench.results.io") == "base"
+
+
+def test_models_import_no_package_above_them():
+    """models/ reads nothing from evaluation/, profiling/, quantization/ or sparsity/ (other than PENDING)."""
+    graph = without_pending(import_graph())
+    above = {"evaluation", "profiling", "quantization", "sparsity", "data", "results"}
+    assert sorted(f"{m} -> {d}" for m, deps in graph.items() if unit(m) == "models"
+                  for d in deps if unit(d) in above) == []
 
 
 # ---- private names -----------------------------------------------------------------------------------

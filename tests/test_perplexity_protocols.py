@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 import torch
 
-from lightning_bench.evaluation.windows import IGNORE_INDEX, rolling_windows, token_windows
+from lightning_bench.data.windows import IGNORE_INDEX, rolling_windows, token_windows
 from lightning_bench.models.base import perplexity_metrics
 from tests.helpers import quiet_trainer, tiny_data, tiny_model
 

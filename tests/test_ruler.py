@@ -324,7 +324,7 @@ def test_generator_errors_are_one_line(smollm2_dir, tmp_path):
 
 def test_cli_writes_length_folders_and_a_manifest(smollm2_dir, tmp_path, capsys):
     out = tmp_path / "data" / "ruler"
-    assert main(["--tokenizer", str(smollm2_dir), "--out", str(out), "--lengths", "4096", "1024", "--tasks",
+    assert main(["--tokenizer", str(smollm2_dir), "--data_dir", str(out), "--lengths", "4096", "1024", "--tasks",
                  "niah_single_1", "vt", "--num_samples", "2", "--seed", "9", "--depth", "40"]) == 0
     assert sorted(p.name for p in (out / "4096").iterdir()) == ["manifest.json", "niah_single_1.jsonl", "vt.jsonl"]
     manifest = json.loads((out / "1024" / "manifest.json").read_text())
@@ -336,7 +336,7 @@ def test_cli_writes_length_folders_and_a_manifest(smollm2_dir, tmp_path, capsys)
     assert not list(out.rglob(".*.tmp"))  # atomic writes leave no temporary file
     assert "ruler/vt @1024: 2 rows" in capsys.readouterr().out
     with pytest.raises(MissingData, match="qa_2 needs HotpotQA") as err:
-        main(["--tokenizer", str(smollm2_dir), "--out", str(out), "--tasks", "qa_2", "--hotpotqa",
+        main(["--tokenizer", str(smollm2_dir), "--data_dir", str(out), "--tasks", "qa_2", "--hotpotqa",
               str(tmp_path / "none.json")])
     _one_line(err)
 

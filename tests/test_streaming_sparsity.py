@@ -14,7 +14,7 @@ from lightning_bench.experiments.core.config import parse_command
 from lightning_bench.experiments.sweep.config import SweepConfig
 from lightning_bench.sparsity import METHODS
 from lightning_bench.sparsity.callback import SparsityCallback
-from lightning_bench.sparsity.eviction import StreamingEviction
+from lightning_bench.sparsity.streaming import StreamingEviction
 from lightning_bench.sparsity.streaming import streaming_logits
 from tests.helpers import quiet_trainer, tiny_data, tiny_model
 from tests.test_cli import run
@@ -51,8 +51,8 @@ def test_sparsity_zero_reproduces_the_dense_forward_for_every_method_and_chunk(n
         for chunk in (1, 5):
             logits, stats = streaming_logits(net, ids, None, method, sparsity=0.0, chunk_size=chunk)
             torch.testing.assert_close(logits, dense, atol=1e-5, rtol=1e-5, msg=f"{method} chunk {chunk}")
-            assert stats.compressions == 0 and stats.cache_lengths.tolist() == list(range(1, 25))
-            assert stats.peak_kv_bytes == stats.dense_kv_bytes
+            assert stats.compressions == 0 and stats.cache_lengths == list(range(1, 25))
+            assert stats.peak_kv_bytes == stats.dense_kv_bytes_peak
     keep = torch.tensor([0, 4, 5, 17, 23])  # the evaluation's logits_to_keep: only those positions
     logits, _ = streaming_logits(net, ids, None, "h2o", sparsity=0.0, chunk_size=5, logits_to_keep=keep)
     torch.testing.assert_close(logits, dense[:, keep], atol=1e-5, rtol=1e-5)
@@ -93,7 +93,7 @@ def test_evicted_stream_equals_one_dense_forward_with_the_evicted_keys_masked(ne
     reference = dense_logits(net, ids, sinks_and_window_mask(30, chunk, 8, 4).expand(2, 4, 30, 30))
     torch.testing.assert_close(logits, reference, atol=1e-4, rtol=1e-4)
     lengths = [min(q - q % chunk, 8) + q % chunk + 1 for q in range(30)]
-    assert stats.cache_lengths.tolist() == lengths
+    assert stats.cache_lengths == lengths
     assert stats.mean_cache_length == pytest.approx(sum(lengths) / 30)
 
 
@@ -112,7 +112,7 @@ def test_rounding_sets_the_streamed_budget_and_is_recorded(net):
     for rounding, kept in (("ceil", [1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6]), ("floor", [1, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5])):
         _, stats = streaming_logits(net, ids, None, "knorm", sparsity=0.5, chunk_size=1, rounding=rounding)
         # token t + 1 attends the budget of the t + 1 tokens before it (compressed before it came) and itself
-        assert stats.cache_lengths.tolist() == [1] + [k + 1 for k in kept], rounding
+        assert stats.cache_lengths == [1] + [k + 1 for k in kept], rounding
         assert stats.summary()["rounding"] == rounding
     assert SparsityCallback("h2o", ratio=0.5, rounding="floor").summary()["rounding"] == "floor"
     assert SparsityCallback("h2o", ratio=0.5).summary()["rounding"] == "ceil"
@@ -134,7 +134,7 @@ def test_callback_at_sparsity_zero_equals_the_plain_test_run(data_and_model):
     plain_nll = torch.cat([b.flatten() for b in quiet_trainer().predict(model, datamodule=dm)])
     callback = SparsityCallback("h2o", ratio=0.0, chunk_size=3)
     quiet_trainer(callbacks=[callback]).test(model, datamodule=dm, verbose=False)
-    assert model.active_eviction is None  # the eviction was left: the module's own forward is back
+    assert model.evaluation is None  # the eviction was left: the module's own forward is back
     assert model.last_eval["test"]["scored_tokens"] == plain["scored_tokens"]
     assert model.last_eval["test"]["loss"] == pytest.approx(plain["loss"], rel=1e-6)
     summary = callback.summary()
@@ -166,22 +166,22 @@ def test_eviction_is_left_whatever_happens(data_and_model, monkeypatch):
     eviction = StreamingEviction.build("h2o", ratio=0.5, chunk_size=4)
     ids = torch.randint(0, dm.vocab_size, (2, 12))
     with eviction.applied(model):
-        assert model.active_eviction is eviction
-        evicted = model.lm_forward(ids).logits
+        assert model.evaluation is eviction
+        evicted = model.evaluation.logits(model, ids)
     torch.testing.assert_close(evicted, streaming_logits(model.net, ids, None, "h2o", sparsity=0.5, chunk_size=4)[0])
-    assert eviction.totals["tokens"] == 24 and model.active_eviction is None
+    assert eviction.totals["tokens"] == 24 and model.evaluation is None
     with pytest.raises(ZeroDivisionError), eviction.applied(model):
         1 / 0
-    assert model.active_eviction is None
+    assert model.evaluation is None
 
     def failing_step(batch, batch_idx):
-        assert model.active_eviction is not None  # the stage runs under the eviction
+        assert model.evaluation is not None  # the stage runs under the eviction
         raise ZeroDivisionError
 
     monkeypatch.setattr(model, "test_step", failing_step)
     with pytest.raises(ZeroDivisionError):
         quiet_trainer(callbacks=[SparsityCallback("h2o", ratio=0.5)]).test(model, datamodule=dm, verbose=False)
-    assert model.active_eviction is None
+    assert model.evaluation is None
 
 
 def _one_line(err):
@@ -209,7 +209,7 @@ def test_callback_bad_inputs_are_one_line_config_errors(data_and_model):
     with pytest.raises(ConfigError) as err:
         quiet_trainer(callbacks=[SparsityCallback("h2o", budget_tokens=17)]).test(model, datamodule=dm, verbose=False)
     assert "larger than the evaluation window" in _one_line(err)
-    assert model.active_eviction is None
+    assert model.evaluation is None
     for family in (MambaLM(d_model=16, n_layer=1, vocab_size=dm.vocab_size),
                    ResNetBKLM(d_model=16, n_layers=1, vocab_size=dm.vocab_size, max_seq_len=16)):
         with pytest.raises(ConfigError) as err:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from lightning_bench.data.tasks import TASKS, expand_tasks, get_task, load_rows, local_layout
+from lightning_bench.data.tasks.definitions.mmlu import MMLU_SUBJECTS
 from lightning_bench.errors import ConfigError
-from lightning_bench.evaluation.mmlu_metrics import MMLU_SUBJECTS
 
 TASK_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tasks"
 

@@ -6,7 +6,7 @@ import torch
 
 from lightning_bench.data.downstream.protocol import PROTOCOL_CLASSES, checkpoint_has_task_head, choose_protocol
 from lightning_bench.errors import ConfigError
-from lightning_bench.trainer_cli import expand_aliases
+from lightning_bench.trainer_cli import LightningBenchCLI, run_cli
 
 
 @pytest.fixture
@@ -33,20 +33,24 @@ def test_checkpoint_with_a_task_head_is_scored_with_its_head(checkpoints):
         choose_protocol("test", None, "head")
 
 
-def test_task_flag_becomes_the_protocols_datamodule(checkpoints):
+def test_task_flag_becomes_the_protocols_datamodule(checkpoints, monkeypatch):
+    """The parsed config (nothing built, nothing run) holds the DataModule of the protocol the command, the
+    checkpoint and --data.protocol choose; Lightning still gets the checkpoint."""
     lm, tuned = checkpoints
+    monkeypatch.setattr(LightningBenchCLI, "instantiate_classes", lambda self: None)
+    monkeypatch.setattr(LightningBenchCLI, "_run_subcommand", lambda self, subcommand: None)
 
-    def data_class(*argv):
-        out = expand_aliases(list(argv))
-        return out[out.index("--data") + 1]
+    def parsed(*argv):
+        cli = run_cli(list(argv))
+        return cli.config[argv[0]]
 
-    assert data_class("test", "--task", "glue/sst2") == PROTOCOL_CLASSES["prompted"]
-    assert data_class("fit", "--model", "bk", "--task", "glue/sst2") == PROTOCOL_CLASSES["finetune"]
-    assert data_class("test", "--task", "glue/sst2", "--ckpt_path", tuned) == PROTOCOL_CLASSES["finetune"]
-    assert data_class("test", "--task=glue/sst2", f"--ckpt_path={lm}") == PROTOCOL_CLASSES["prompted"]
-    assert data_class("test", "--task", "glue/sst2", "--data.protocol", "finetune") == PROTOCOL_CLASSES["finetune"]
-    out = expand_aliases(["test", "--task", "glue/sst2", "--ckpt_path", tuned])
-    assert out[out.index("--ckpt_path") + 1] == tuned and "--data.protocol" not in out  # Lightning still gets it
+    assert parsed("test", "--task", "glue/sst2")["data"]["class_path"] == PROTOCOL_CLASSES["prompted"]
+    assert parsed("fit", "--model", "bk", "--task", "glue/sst2")["data"]["class_path"] == PROTOCOL_CLASSES["finetune"]
+    config = parsed("test", "--task", "glue/sst2", "--ckpt_path", tuned)
+    assert config["data"]["class_path"] == PROTOCOL_CLASSES["finetune"] and config["ckpt_path"] == tuned
+    assert parsed("test", "--task=glue/sst2", f"--ckpt_path={lm}")["data"]["class_path"] == PROTOCOL_CLASSES["prompted"]
+    assert parsed("test", "--task", "glue/sst2", "--data.protocol", "finetune")["data"]["class_path"] \
+        == PROTOCOL_CLASSES["finetune"]
 
 
 def test_unreadable_checkpoint_is_one_line(tmp_path):

@@ -7,9 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lightning_bench.evaluation.token_nll import head_nll, logits_nll
-from lightning_bench.evaluation.windows import IGNORE_INDEX
 from lightning_bench.models import ResNetBKLM
+from lightning_bench.models.token_nll import IGNORE_INDEX, head_nll, logits_nll
 from tests.helpers import quiet_trainer, tiny_data, tiny_model
 
 

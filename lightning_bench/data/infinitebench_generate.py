@@ -2,10 +2,11 @@ r"""`lightning_bench infinitebench_generate`: make InfiniteBench's synthetic ret
 for any tokenizer, as JSON lines in the benchmark's own format.
 
     lightning_bench infinitebench_generate --task passkey kv_retrieval --tokenizer $LB_SMOLLM2_DIR \
-        --lengths 4096 8192 --depths 11 --per_depth 5 --seed 0 --out DATA/infinitebench
+        --lengths 4096 8192 --depths 11 --per_depth 5 --seed 0 --data_dir DATA/infinitebench
     lightning_bench test ... --task infinitebench/passkey --data.data_dir DATA --data.max_context 8192
 
-`--out DIR` writes DIR/<length>/<task>.jsonl per length (atomically) and DIR/<length>/manifest.json (per
+`--data_dir DIR` (old spelling `--out`) writes DIR/<length>/<task>.jsonl per length (atomically) and
+DIR/<length>/manifest.json (per
 task: generator, rows, what a length counts, shortest and longest row, depths, seed, tokenizer), the sets that
 local_layout_infinitebench.yaml names for `--max_context <length>`; `-o FILE` writes every length into one
 file with FILE.manifest.json beside it (read it with --data.paths).
@@ -20,7 +21,7 @@ As OpenBMB/InfiniteBench's data/construct_synthetic_dataset.py builds them:
   draws them so); the question '\nKey: "<key>"\nThe value associated with the specified key is: ' asks for
   the pair at the depth (its position among the pairs).
 
-Length: each of `--lengths` is a target number of tokens as the given tokenizer encodes them: under `--out`
+Length: each of `--lengths` is a target number of tokens as the given tokenizer encodes them: under `--data_dir`
 RULER's count, the whole prompt (the task's template, in the tokenizer's chat template when it has one) plus
 the task's new-token limit, so an N set fits a run under --max_context N whole (the run's middle cut would
 take the needle at depth 50 first); under `-o` the tokens of `context` alone (the haystack / JSON, with the
@@ -51,7 +52,7 @@ import uuid
 from pathlib import Path
 from typing import Callable, Sequence
 
-from lightning_bench.data.options import (ClosedUnitInterval, NonNegativeInt, OneLineParser, PositiveInt,
+from lightning_bench.data.options import (ClosedUnitInterval, NonNegativeInt, OneLineParser, PositiveInt, Renamed,
                                           value_type)
 from lightning_bench.errors import ConfigError
 from lightning_bench.results.io import check_output, write_text_atomic
@@ -273,8 +274,9 @@ def _parser() -> OneLineParser:
                         help="samples per length and depth (default 1)")
     parser.add_argument("--seed", type=value_type(NonNegativeInt), default=0)
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--out", help="folder for <length>/<task>.jsonl and <length>/manifest.json "
-                                     "(e.g. DATA/infinitebench, read with --data_dir DATA --max_context <length>)")
+    where.add_argument("--data_dir", "--out", dest="data_dir", action=Renamed,
+                       help="folder for <length>/<task>.jsonl and <length>/manifest.json (e.g. DATA/infinitebench, "
+                            "read with --data_dir DATA --max_context <length>); --out is its deprecated spelling")
     where.add_argument("-o", "--output", help="one JSON-lines file holding every length (read with --paths)")
     return parser
 
@@ -282,10 +284,10 @@ def _parser() -> OneLineParser:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.output and len(args.task) > 1:
-        raise ConfigError(f"-o {args.output} holds one task, got --task {' '.join(args.task)}; use --out DIR for "
-                          "several")
-    if args.out:  # before the tokenizer loads and the rows are drawn
-        check_output("--out", args.out)
+        raise ConfigError(f"-o {args.output} holds one task, got --task {' '.join(args.task)}; use --data_dir DIR "
+                          "for several")
+    if args.data_dir:  # before the tokenizer loads and the rows are drawn
+        check_output("--data_dir", args.data_dir)
     else:
         check_output("-o", args.output, kind="file")
 
@@ -294,8 +296,8 @@ def main(argv: list[str]) -> int:
     depths = args.depth if args.depth else depths_of(args.depths)
     tokenizer = HFTokenizer(args.tokenizer)
     for task in args.task:
-        if args.out:
-            paths = write_sets(task, tokenizer, args.out, args.lengths, depths, args.per_depth, args.seed)
+        if args.data_dir:
+            paths = write_sets(task, tokenizer, args.data_dir, args.lengths, depths, args.per_depth, args.seed)
         else:
             rows = generate(task, tokenizer, args.lengths, depths, args.per_depth, args.seed)
             manifest = {"generator": GENERATOR, "task": task, "rows": len(rows), "lengths": args.lengths,

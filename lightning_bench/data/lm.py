@@ -1,7 +1,7 @@
 """The language-modelling DataModule: corpora -> tokens -> training chunks and scoring windows.
 
 Training uses contiguous fixed-length chunks of the train stream (reshuffled every epoch).
-Validation and test use one of the two perplexity protocols of `evaluation/windows.py`; every batch
+Validation and test use one of the two perplexity protocols of `data/windows.py`; every batch
 carries `labels` with -100 on context-only positions, so the model just sums the loss.
 """
 
@@ -24,8 +24,8 @@ from lightning_bench.data.options import (DatasetName, Fraction, NonNegativeInt,
                                           checked_arguments)
 from lightning_bench.data.sources import DATA_ALIASES, SplitText, load_split
 from lightning_bench.data.tokenization import build_tokenizer, checked_cache_dir
+from lightning_bench.data.windows import IGNORE_INDEX, rolling_windows, token_windows
 from lightning_bench.errors import ConfigError, unknown_name
-from lightning_bench.evaluation.windows import IGNORE_INDEX, rolling_windows, token_windows
 from lightning_bench.results.io import check_output
 
 PROTOCOLS = ("token_windows", "document_rolling")

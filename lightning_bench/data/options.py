@@ -18,12 +18,12 @@ from typing import Union
 from jsonargparse.typing import (ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, OpenUnitInterval, PositiveInt,
                                  restricted_string_type)
 
-from lightning_bench.errors import ConfigError, describe_range
+from lightning_bench.errors import ConfigError, deprecated, describe_range
 from lightning_bench.options import ContextTokens, Fraction, OpenClosedUnitInterval, number_range
 
 __all__ = ["ClosedUnitInterval", "ContextTokens", "DatasetName", "Fraction", "NonNegativeFloat", "NonNegativeInt",
-           "OneLineParser", "OpenClosedUnitInterval", "OpenUnitInterval", "Percent", "PositiveInt", "checked_arguments",
-           "value_type"]
+           "OneLineParser", "OpenClosedUnitInterval", "OpenUnitInterval", "Percent", "PositiveInt", "Renamed",
+           "checked_arguments", "value_type"]
 
 Percent = number_range("Percent", float, [(">=", 0.0), ("<=", 100.0)])
 # a record's and its files' name: safe in a path, short enough to leave room for the rest of the file name
@@ -83,3 +83,13 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):
         hint = " (see --help)" if message.startswith("unrecognized arguments") else ""
         raise ConfigError(f"{self.prog.split()[-1]}: {message}{hint}")
+
+
+class Renamed(argparse.Action):
+    """An option whose first spelling is the current one (`--data_dir`) and whose others are deprecated
+    (`--out`): they still work, with one `lightning_bench: note:` line each time one is given."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string not in (None, self.option_strings[0]):
+            deprecated(option_string, self.option_strings[0])
+        setattr(namespace, self.dest, values)

@@ -1,7 +1,7 @@
 r"""`lightning_bench generate_ruler`: RULER's 13 tasks (Hsieh et al., 2024) generated locally, for any
 target length and any tokenizer, deterministically per seed.
 
-    lightning_bench generate_ruler --tokenizer $LB_SMOLLM2_DIR --out DATA/ruler --lengths 4096 8192 \
+    lightning_bench generate_ruler --tokenizer $LB_SMOLLM2_DIR --data_dir DATA/ruler --lengths 4096 8192 \
         --num_samples 100 [--tasks niah_single_1 vt ...] [--haystack essay --essay FILE_OR_FOLDER] \
         [--squad FILE] [--hotpotqa FILE] [--depth 50] [--seed 42]
 
@@ -64,7 +64,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from lightning_bench.data.options import NonNegativeInt, OneLineParser, Percent, PositiveInt, value_type
+from lightning_bench.data.options import NonNegativeInt, OneLineParser, Percent, PositiveInt, Renamed, value_type
 from lightning_bench.data.tasks.definitions.long_context.ruler import SPECS, TASK_NAMES, tokens_to_generate
 from lightning_bench.errors import ConfigError, MissingData, unknown_name
 from lightning_bench.results.io import check_output, write_text_atomic
@@ -757,7 +757,8 @@ def _parser() -> OneLineParser:
     parser = OneLineParser(prog="lightning_bench generate_ruler", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokenizer", required=True, help="the model's tokenizer: an HF folder or id (or gpt2)")
-    parser.add_argument("--out", required=True, help="folder for <length>/<task>.jsonl (e.g. DATA/ruler)")
+    parser.add_argument("--data_dir", "--out", dest="data_dir", action=Renamed, required=True,
+                        help="folder for <length>/<task>.jsonl (e.g. DATA/ruler); --out is its deprecated spelling")
     parser.add_argument("--lengths", type=value_type(PositiveInt), nargs="+", default=[4096],
                         help="target lengths in tokens")
     parser.add_argument("--tasks", nargs="+", default=None, help="default: all 13 (qa_2 only with --hotpotqa)")
@@ -780,7 +781,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.tokenizer == "word":
         raise ConfigError("--tokenizer word has no fixed vocabulary to count RULER's lengths; name the model's "
                           "tokenizer")
-    check_output("--out", args.out)  # before the tokenizer loads and the rows are drawn
+    check_output("--data_dir", args.data_dir)  # before the tokenizer loads and the rows are drawn
     tasks = [t.removeprefix("ruler/") for t in (args.tasks or TASK_NAMES)]
     for t in tasks:
         if t not in SPECS:
@@ -801,7 +802,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if needed:
             path = source_path(kind, value)
             sources[kind] = {"path": str(path), "sha256": _sha256(path)}
-    out = Path(args.out)
+    out = Path(args.data_dir)
     for length in args.lengths:
         folder = out / str(length)
         manifest_path = folder / "manifest.json"

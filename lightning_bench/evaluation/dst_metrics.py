@@ -25,20 +25,9 @@ from __future__ import annotations
 import re
 from typing import Mapping, Sequence, Union
 
+from lightning_bench.data.tasks.definitions.dialogue import MULTIWOZ21_SLOTS  # the task definition owns them
 from lightning_bench.errors import ConfigError
 from lightning_bench.evaluation.bootstrap import mean_ci
-
-# TRADE's ALL_SLOTS: the five domains evaluated on MultiWOZ 2.1 (hospital, police and bus are left out),
-# each slot that has a value somewhere in the data (train "book ticket" never does).
-MULTIWOZ21_SLOTS = (
-    "attraction-area", "attraction-name", "attraction-type",
-    "hotel-area", "hotel-book day", "hotel-book people", "hotel-book stay", "hotel-internet", "hotel-name",
-    "hotel-parking", "hotel-pricerange", "hotel-stars", "hotel-type",
-    "restaurant-area", "restaurant-book day", "restaurant-book people", "restaurant-book time",
-    "restaurant-food", "restaurant-name", "restaurant-pricerange",
-    "taxi-arriveby", "taxi-departure", "taxi-destination", "taxi-leaveat",
-    "train-arriveby", "train-book people", "train-day", "train-departure", "train-destination", "train-leaveat",
-)
 
 _DONTCARE = {"dont care", "don't care", "do not care"}
 _GENERAL_TYPOS = {  # fix_label.py's GENERAL_TYPO, in its groups

@@ -1,10 +1,14 @@
-"""TaskEvaluator: scores a task DataModule's test batches, collects the step outputs, computes task metrics.
+"""How evaluation batches are scored (`Evaluation`) and the TaskEvaluator that collects a task's scores.
 
-The protocol is the DataModule's (`PromptedDataModule` or `FinetuneDataModule`, chosen once in
-data/downstream/protocol.py). Prompted batches are scored by `score_test_batch`, which the model's test
-step calls; fine-tuned heads return their predictions from the model's own step. At the end of the
-test loop `evaluate` turns what was collected into {benchmark: results} and per-sample rows, which
-results/downstream.py writes.
+The training recipe (LanguageModule), the scoring of requests and the KV engine are separate things: a
+module's evaluation steps ask its `evaluation` attribute (None = its own forward), which callbacks set for
+a stage: the SparsityCallback its KV eviction (sparsity StreamingEviction: the streaming logits of LM
+windows), the TaskEvaluator an `Evaluation` of the prompted requests (the PromptedDataModule, whose
+batches `evaluation/prompted.score_batch` scores) that keeps the eviction, if any, as its `kv`
+(streaming logits of request rows, generation on the KV engine). Fine-tuned heads return their
+predictions from the model's own step. At the end of the test loop `TaskEvaluator.evaluate` turns what
+was collected into {benchmark: results} and per-sample rows, which results/downstream.py writes. The
+protocol is the DataModule's (`PromptedDataModule` or `FinetuneDataModule`, data/downstream/protocol.py).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import Optional
 
 import lightning as L
 
-from lightning_bench.evaluation.prompted import score_batch
+from lightning_bench.evaluation.prompted import REQUEST_KINDS, module_logits, score_batch
 from lightning_bench.evaluation.task_scoring import score_finetuned, score_prompted
 
 # how a prompted score was obtained, written beside it (records' protocol.scoring)
@@ -29,10 +33,39 @@ SCORING_RULES = {
 }
 
 
-def score_test_batch(module, batch: dict, datamodule) -> dict:
-    """A prompted request batch scored by `module` (its test step's return value)."""
-    generation = datamodule.generation_settings(batch) if batch["kind"] == "generate" else None
-    return score_batch(module, batch, generation)
+class Evaluation:
+    """What a LanguageModule's test steps delegate to while a task is scored (module docstring): the
+    prompted `requests` (the PromptedDataModule) and, under --sparsity, the applied eviction `kv` (a
+    sparsity StreamingEviction, which alone is the module's evaluation for LM windows)."""
+
+    def __init__(self, kv=None, requests=None):
+        self.kv, self.requests = kv, requests
+
+    @classmethod
+    def attach(cls, module, requests) -> "Evaluation":
+        """Become `module`'s evaluation, keeping an eviction already applied to it as `kv`."""
+        module.evaluation = cls(module.evaluation, requests)
+        return module.evaluation
+
+    def detach(self, module) -> None:
+        """Hand `module` back its eviction if one is still applied, else its own forward."""
+        if getattr(module, "evaluation", None) is self:
+            module.evaluation = self.kv
+
+    def logits(self, module, input_ids, logits_to_keep=None):
+        """Logits of request rows: the eviction's streaming logits, or the module's own."""
+        if self.kv is not None:
+            return self.kv.logits(module, input_ids, logits_to_keep)
+        return module_logits(module, input_ids, logits_to_keep)
+
+    def scores(self, batch) -> bool:
+        """Whether `batch` is a prompted request batch (else an LM window batch, the module's own step)."""
+        return self.requests is not None and isinstance(batch, dict) and batch.get("kind") in REQUEST_KINDS
+
+    def score(self, module, batch: dict) -> dict:
+        """A prompted request batch scored by `module` (its test step's return value)."""
+        generation = self.requests.generation_settings(batch) if batch["kind"] == "generate" else None
+        return score_batch(module, batch, generation, self.logits, self.kv)
 
 
 class TaskEvaluator(L.Callback):
@@ -43,6 +76,21 @@ class TaskEvaluator(L.Callback):
 
     def on_test_start(self, trainer, pl_module):
         self.outputs = []
+        Evaluation.attach(pl_module, trainer.datamodule)
+
+    def _leave(self, pl_module) -> None:
+        evaluation = getattr(pl_module, "evaluation", None)
+        if isinstance(evaluation, Evaluation):
+            evaluation.detach(pl_module)
+
+    def on_test_end(self, trainer, pl_module):
+        self._leave(pl_module)
+
+    def on_exception(self, trainer, pl_module, exception):
+        self._leave(pl_module)
+
+    def teardown(self, trainer, pl_module, stage):
+        self._leave(pl_module)
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
         if outputs is not None:

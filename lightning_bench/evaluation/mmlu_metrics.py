@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 from typing import Mapping, Sequence
 
+from lightning_bench.data.tasks.definitions.mmlu import MMLU_SUBJECTS  # the task definitions own them
 from lightning_bench.errors import ConfigError
 
 # hendrycks/test categories.py `subcategories` (each subject has exactly one subcategory there).
@@ -91,11 +92,10 @@ CATEGORY_KEY: dict[str, str] = {
     "other (business, health, misc.)": "other",
 }
 
-# The 57 subjects, named as the data files (`<subject>_test.csv`).
-MMLU_SUBJECTS: tuple[str, ...] = tuple(sorted(_SUBCATEGORY))
-
 
 def _subject_categories() -> dict[str, str]:
+    if set(_SUBCATEGORY) != set(MMLU_SUBJECTS):  # would mean the table above or the task list was mis-copied
+        raise AssertionError(f"MMLU subjects differ: {sorted(set(MMLU_SUBJECTS) ^ set(_SUBCATEGORY))}")
     out = {}
     for subject, sub in _SUBCATEGORY.items():
         cats = [cat for cat, subs in _CATEGORY_SUBCATEGORIES.items() if sub in subs]
@@ -113,7 +113,7 @@ def _unknown_subject(subject: str) -> ConfigError:
     close = difflib.get_close_matches(subject, MMLU_SUBJECTS, n=3)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     return ConfigError(f"unknown MMLU subject {subject!r}{hint}; the 57 valid names are "
-                      "lightning_bench.evaluation.mmlu_metrics.MMLU_SUBJECTS, i.e. the data file names "
+                      "lightning_bench.data.tasks.definitions.mmlu.MMLU_SUBJECTS, i.e. the data file names "
                       "without '_test.csv'")
 
 

@@ -6,9 +6,12 @@ randomly initialised model takes its vocabulary size from the tokenizer the data
 
 What a family supports is declared here and overridden per family, so the other packages ask the
 model instead of knowing it: `supports_kv_cache` (sparsity), `analytic_flops()` (profiling: work the
-FLOP counter cannot see), `quantizable_layers()` and `load_quantized()` (quantization).
-`lm_forward` is `network_forward` unless a KV-cache eviction is applied (`active_eviction`, set only
-inside `with eviction.applied(module):`, see sparsity/eviction.py).
+FLOP counter cannot see), `quantizable_layers()` and `load_quantized()` (quantization), in the types of
+models/capabilities.py: models/ imports none of the packages above it (tests/test_package_boundaries.py).
+How evaluation batches are scored is not the module's business: its steps delegate to `evaluation`, set
+by callbacks for a stage (an object with `logits(module, input_ids, logits_to_keep)`, `scores(batch)` and
+`score(module, batch)`: sparsity's StreamingEviction, evaluation/evaluator.py's Evaluation of a task's
+requests), and use their own forward when it is None.
 
 Fine-tuning (a DataModule with `finetune_num_labels`, batches with kind "classification") adds a
 `task_head` on the last real token's final hidden state; see models/sequence_head.py.
@@ -19,7 +22,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import lightning as L
 import torch
@@ -29,15 +32,12 @@ from torch import nn
 from torchmetrics import SumMetric
 
 from lightning_bench.errors import ConfigError, DivergedError
-from lightning_bench.evaluation.token_nll import head_nll, logits_nll
-from lightning_bench.evaluation.windows import IGNORE_INDEX
+from lightning_bench.models.capabilities import AnalyticFlops, QuantizableLayers, bf16_support
 from lightning_bench.models.sequence_head import SequenceHead, last_token_pool
+from lightning_bench.models.token_nll import IGNORE_INDEX, head_nll, logits_nll
 from lightning_bench.options import Fraction
-from lightning_bench.profiling.flops import AnalyticFlops
-from lightning_bench.quantization.fake_quant import QuantizableLayers
 
 EVAL_STAGES = ("val", "test")
-PROMPTED_KINDS = ("loglikelihood", "next_token", "generate")
 # The ranges of the model options are their annotations (jsonargparse.typing: PositiveInt, ...): the CLI
 # refuses a value outside them while parsing, and --help shows them. [0, 1) is a dropout probability or an
 # AdamW beta (1 drops everything / never forgets a gradient).
@@ -93,9 +93,10 @@ class LanguageModule(L.LightningModule):
                                        for s in EVAL_STAGES})
         self.eval_tokens = nn.ModuleDict({s: SumMetric().set_dtype(torch.float64) for s in EVAL_STAGES})
         self.last_eval: dict[str, dict] = {}
-        # the KV-cache eviction `lm_forward` runs through; only `StreamingEviction.applied` sets it
-        self.active_eviction = None
+        # how evaluation batches are scored (module docstring); None = the network's own forward
+        self.evaluation = None
         self.optimizer_8bit = False  # bitsandbytes' AdamW8bit instead of torch's (use_8bit_optimizer)
+        self.adamw_8bit: Optional[Callable] = None  # that optimizer, as the caller passed it
         self._rng_to_restore: Optional[dict] = None  # a checkpoint's RNG states, set at the first resumed step
 
     def save_hyperparameters(self, *args, ignore=None, frame=None, logger: bool = True) -> None:
@@ -112,10 +113,7 @@ class LanguageModule(L.LightningModule):
         raise NotImplementedError
 
     def lm_forward(self, input_ids: torch.Tensor, logits_to_keep: Optional[torch.Tensor] = None) -> LMOutput:
-        """Logits for `input_ids` (B, T); `logits_to_keep` (1-D positions) limits them to those positions.
-        Under an applied KV-cache eviction they are its streaming logits, else the network's own."""
-        if self.active_eviction is not None:
-            return LMOutput(self.active_eviction.logits(self, input_ids, logits_to_keep))
+        """Logits for `input_ids` (B, T); `logits_to_keep` (1-D positions) limits them to those positions."""
         return self.network_forward(input_ids, logits_to_keep)
 
     def network_forward(self, input_ids: torch.Tensor, logits_to_keep: Optional[torch.Tensor] = None) -> LMOutput:
@@ -157,15 +155,23 @@ class LanguageModule(L.LightningModule):
         """Linear layers that must stay fp32 and activations to fake-quantize under --bits 8/4."""
         return QuantizableLayers()
 
-    def load_quantized(self, bits: int, vocab_size: Optional[int] = None, **options):
+    def load_quantized(self, bits: int, vocab_size: Optional[int] = None, loader: Optional[Callable] = None,
+                       **options):
         """Load the network directly with `bits`-bit Linear layers where the family can (pretrained
         checkpoints); returns the quantization's ExportReport, or None: the network is then built in fp32
-        and exported (QuantizationCallback)."""
+        and exported (QuantizationCallback). `loader` is quantization's `load_pretrained_lowbit`, passed by
+        the caller (see use_8bit_optimizer for why)."""
         return None
 
-    def use_8bit_optimizer(self, enabled: bool = True) -> None:
-        """bitsandbytes' AdamW8bit (same parameter groups and schedule) instead of torch's AdamW."""
+    def use_8bit_optimizer(self, enabled: bool = True, optimizer: Optional[Callable] = None) -> None:
+        """bitsandbytes' AdamW8bit (same parameter groups and schedule) instead of torch's AdamW.
+
+        The caller passes it (`optimizer=lightning_bench.quantization.adamw8bit`), as it passes
+        `load_quantized` its loader: a model never imports quantization/ (the layer above it), so whoever
+        turns a quantization feature on hands the model the function. Plain arguments, no registry: what a
+        model runs is visible at the call."""
         self.optimizer_8bit = bool(enabled)
+        self.adamw_8bit = optimizer if enabled else None
 
     # ---- setup ----------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
@@ -290,8 +296,6 @@ class LanguageModule(L.LightningModule):
         self.eval_path = {"nll": "output head fused with the loss (vocabulary slices)" if fusable
                           else "logits, then logsumexp - target logit", "head_weights": weights}
         if weights == "bfloat16":  # how fast bf16 is depends on the hardware: say what this one has
-            from lightning_bench.quantization.precision import bf16_support
-
             self.eval_path["bf16"] = bf16_support(head is not None and head.weight.is_cuda)
 
     def _prepare_eval(self) -> None:
@@ -310,7 +314,7 @@ class LanguageModule(L.LightningModule):
     def _eval_step(self, batch, stage: str):
         labels = batch["labels"]
         scored = labels != IGNORE_INDEX
-        fused = getattr(self, "_fused_head", ()) if self.active_eviction is None else ()
+        fused = getattr(self, "_fused_head", ()) if self.evaluation is None else ()
         if fused:
             head = fused[0]
             # only scored positions go through the head (sliding windows score only their tail)
@@ -321,7 +325,8 @@ class LanguageModule(L.LightningModule):
             keep = scored.any(0).nonzero().squeeze(1)
             if len(keep) == labels.shape[1]:
                 keep = None
-            logits = self.lm_forward(batch["input_ids"], logits_to_keep=keep).logits
+            logits = self.evaluation.logits(self, batch["input_ids"], keep) if self.evaluation is not None \
+                else self.lm_forward(batch["input_ids"], logits_to_keep=keep).logits
             nll = logits_nll(logits, labels if keep is None else labels[:, keep])
         self.eval_nll[stage].update(nll.sum(dtype=torch.float64))
         self.eval_tokens[stage].update(scored.sum().double())
@@ -334,10 +339,8 @@ class LanguageModule(L.LightningModule):
     def test_step(self, batch, batch_idx):
         if batch.get("kind") == "classification":
             return self._sequence_step(batch, "test")
-        if batch.get("kind") in PROMPTED_KINDS:  # downstream prompted scoring (evaluation/evaluator.py)
-            from lightning_bench.evaluation.evaluator import score_test_batch
-
-            return score_test_batch(self, batch, self.trainer.datamodule)
+        if self.evaluation is not None and self.evaluation.scores(batch):  # e.g. a task's prompted requests
+            return self.evaluation.score(self, batch)
         self._eval_step(batch, "test")
 
     # ---- fine-tuning: the task head on the sequence representation --------------------------
@@ -365,7 +368,8 @@ class LanguageModule(L.LightningModule):
 
     def predict_step(self, batch, batch_idx):
         """Per-token NLL of each window (context positions are NaN)."""
-        logits = self.lm_forward(batch["input_ids"]).logits
+        logits = self.evaluation.logits(self, batch["input_ids"]) if self.evaluation is not None \
+            else self.lm_forward(batch["input_ids"]).logits
         nll = F.cross_entropy(logits.transpose(1, 2).float(), batch["labels"], ignore_index=IGNORE_INDEX,
                               reduction="none")
         return nll.masked_fill(batch["labels"] == IGNORE_INDEX, float("nan"))
@@ -402,7 +406,10 @@ class LanguageModule(L.LightningModule):
         hp = self.hparams
         decay, no_decay = decay_groups(self)
         if self.optimizer_8bit:  # --optimizer_8bit (use_8bit_optimizer)
-            from lightning_bench.quantization.export import adamw8bit as adamw
+            adamw = self.adamw_8bit
+            if adamw is None:
+                raise ConfigError("use_8bit_optimizer was called without the optimizer: pass "
+                                  "optimizer=lightning_bench.quantization.adamw8bit")
         else:
             adamw = torch.optim.AdamW
         optimizer = adamw([{"params": decay, "weight_decay": hp.weight_decay},

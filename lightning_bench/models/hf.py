@@ -6,7 +6,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Callable, Literal, Optional
 
 import torch
 from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat
@@ -120,13 +120,17 @@ class HFLanguageModel(LanguageModule):
         check_vocabulary(net, vocab_size)
         return net.train()  # from_pretrained returns eval mode; Lightning switches modes per stage from here
 
-    def load_quantized(self, bits: int, vocab_size: Optional[int] = None, **options):
-        """The checkpoint loaded straight into bitsandbytes low-bit Linear layers (quantization/export.py)."""
-        from lightning_bench.quantization.export import load_pretrained_lowbit
+    def load_quantized(self, bits: int, vocab_size: Optional[int] = None, loader: Optional[Callable] = None,
+                       **options):
+        """The checkpoint loaded straight into bitsandbytes low-bit Linear layers by `loader`, quantization's
+        `load_pretrained_lowbit` (quantization/export.py), which the caller passes: models/ does not import
+        quantization/ (LanguageModule.use_8bit_optimizer says why)."""
+        if loader is None:
+            raise ConfigError("load_quantized needs loader=lightning_bench.quantization.load_pretrained_lowbit")
 
         name, kwargs = self.pretrained_location
-        net, report = load_pretrained_lowbit(name, bits, dtype=DTYPES[self.hparams.dtype],
-                                             describe_layers=mamba_quantizable_layers, **kwargs, **options)
+        net, report = loader(name, bits, dtype=DTYPES[self.hparams.dtype],
+                             describe_layers=mamba_quantizable_layers, **kwargs, **options)
         check_vocabulary(net, vocab_size)
         self.net = net
         return report

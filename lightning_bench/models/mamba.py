@@ -16,8 +16,8 @@ from torch import nn
 
 from lightning_bench.errors import ConfigError
 from lightning_bench.models.base import Betas, LanguageModule
-from lightning_bench.profiling.flops import AnalyticFlops, mamba_mixer_forward_flops
-from lightning_bench.quantization.fake_quant import QuantizableLayers
+from lightning_bench.models.capabilities import AnalyticFlops, QuantizableLayers
+from lightning_bench.models.scan_flops import mamba_mixer_forward_flops
 
 
 def _mixers(net: nn.Module):
@@ -36,7 +36,7 @@ def _mixer_flops(mixer: nn.Module, args: tuple, kwargs: dict) -> int:
 
 def mamba_analytic_flops(net: nn.Module) -> list[AnalyticFlops]:
     """The selective scan is elementwise work the FLOP counter cannot see; with mamba-ssm's fused kernels
-    it sees none of the mixer: each mixer's whole cost, minus what the counter saw (profiling/flops.py)."""
+    it sees none of the mixer: each mixer's whole cost, minus what the counter saw (models/scan_flops.py)."""
     return [AnalyticFlops(m, "mamba_selective_scan", _mixer_flops, whole_module=True) for _, m in _mixers(net)]
 
 

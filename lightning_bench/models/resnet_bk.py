@@ -15,9 +15,8 @@ from torch import nn
 
 from lightning_bench.errors import ConfigError
 from lightning_bench.models.base import Betas, Fraction, LanguageModule, LMOutput
+from lightning_bench.models.capabilities import ActivationRange, AnalyticFlops, QuantizableLayers
 from lightning_bench.models.resnet_bk_net import BKConfig, BKLayer, ResNetBKNet
-from lightning_bench.profiling.flops import AnalyticFlops
-from lightning_bench.quantization.fake_quant import ActivationRange, QuantizableLayers
 
 
 class ResNetBKLM(LanguageModule):

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lightning_bench.models.bk_core import bk_features
-from lightning_bench.profiling.flops import bk_scan_forward_flops
+from lightning_bench.models.scan_flops import bk_scan_forward_flops
 
 __all__ = ["BKConfig", "MoEFeedForward", "BKLayer", "BKBlock", "ResNetBKNet"]
 
@@ -187,7 +187,7 @@ class BKLayer(nn.Module):
 
     def scan_forward_flops(self, x: torch.Tensor) -> int:
         """FLOPs of the resolvent-diagonal scan on input x (..., N, d): elementwise complex arithmetic
-        that the FLOP counter cannot see (formula: profiling/flops.py)."""
+        that the FLOP counter cannot see (formula: models/scan_flops.py)."""
         batch = math.prod(int(n) for n in x.shape[:-2])  # int(): shapes are tensors under jit.trace
         return bk_scan_forward_flops(batch, int(x.shape[-2]), self.impl)
 

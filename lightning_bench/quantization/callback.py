@@ -10,7 +10,7 @@ import lightning as L
 from lightning_bench.errors import ConfigError
 from lightning_bench.quantization.cpu_lowbit import CPU_KERNEL_ENV, CPU_KERNELS, kernel_counts, kernel_name, set_cpu_kernel
 from lightning_bench.quantization.export import (EXPORT_METHODS, ExportReport, export_lowbit, exported_size,
-                                                 is_exported, size_breakdown)
+                                                 is_exported, load_pretrained_lowbit, size_breakdown)
 from lightning_bench.quantization.fake_quant import (DEFAULT_SKIP_MODULES, SUPPORTED_BITS, activation_quant_bits,
                                                      prepare_qat)
 
@@ -80,7 +80,8 @@ class QuantizationCallback(L.Callback):
             self._qat_fit = True
         elif pl_module.net is None and self.load_hf_lowbit:
             vocab = getattr(getattr(trainer, "datamodule", None), "vocab_size", None)
-            report = pl_module.load_quantized(self.bits, vocab, method=self.hf_method,
+            # the loader is passed in: models/ does not import quantization/ (LanguageModule.use_8bit_optimizer)
+            report = pl_module.load_quantized(self.bits, vocab, loader=load_pretrained_lowbit, method=self.hf_method,
                                               int8_threshold=self.int8_threshold, cpu_bf16_kernel=self.cpu_bf16_kernel,
                                               skip_modules=self.skip_modules, incompatible=self.incompatible,
                                               cpu_kernel=self.cpu_kernel)

@@ -21,8 +21,8 @@ be a multiple of the 64-weight block: bitsandbytes' CPU NF4 kernel dequantizes o
 (ResNet-BK's bk_out, Linear(2 -> d)) is kept in fp32; any other misfit is a ConfigError unless
 `incompatible="skip"`.
 
-What is specific to a model family comes from the model, as `QuantizableLayers`
-(`LanguageModule.quantizable_layers()`): Linear layers that must stay fp32 (e.g. Mamba's dt_proj,
+What is specific to a model family comes from the model, as `QuantizableLayers` (models/capabilities.py,
+`LanguageModule.quantizable_layers()`): Linear layers that must stay fp32 (e.g. Mamba's dt_proj,
 whose weight the selective scan reads directly) and bounded activations to fake-quantize (symmetric
 per tensor, fixed range, STE; e.g. ResNet-BK's potential v, output of every `v_proj`, range +-v_max,
 and resolvent features G, input of every `bk_out`, range +-min(feature_clamp, 1/Im z), the bound
@@ -45,6 +45,8 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from lightning_bench.errors import ConfigError
+# what a model family declares (models/ is the layer below: tests/test_package_boundaries.py); re-exported here
+from lightning_bench.models.capabilities import ActivationRange, QuantizableLayers
 
 SUPPORTED_BITS = (8, 4)
 DEFAULT_SKIP_MODULES: tuple[str, ...] = ("lm_head",)
@@ -175,26 +177,6 @@ class QuantPlan:
     def as_dict(self) -> dict:
         return {"bits": self.bits, "quantized_layers": len(self.quantized), "quantized": list(self.quantized),
                 "kept_fp32": dict(self.kept_fp32)}
-
-
-@dataclass(frozen=True)
-class ActivationRange:
-    """Fake-quantize the output (`where="output"`) or the first input (`"input"`) of the module called
-    `name` in the network on the fixed range [-limit, limit]."""
-
-    name: str
-    where: str
-    limit: float
-
-
-@dataclass
-class QuantizableLayers:
-    """What a model family tells quantization about its network: `keep_fp32` Linear layers (name ->
-    why: e.g. a parent module reads the weight directly, which a packed low-bit weight cannot serve)
-    and `activations` to fake-quantize."""
-
-    keep_fp32: dict[str, str] = field(default_factory=dict)
-    activations: list[ActivationRange] = field(default_factory=list)
 
 
 def matches_skip(name: str, patterns: Iterable[str]) -> bool:

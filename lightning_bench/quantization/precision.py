@@ -17,19 +17,11 @@ from __future__ import annotations
 import torch
 
 from lightning_bench.errors import ConfigError
+# a torch query the model also records (its evaluation path): defined in the layer below, re-exported here
+from lightning_bench.models.capabilities import bf16_support
 
 SUPPORTED_BITS = (32, 16, 8, 4)
 EVAL_SUBCOMMANDS = ("test", "validate", "predict")
-
-
-def bf16_support(on_cuda: bool = False) -> dict:
-    """Whether this device computes bf16 matmuls natively (else emulated, slower than fp32 on CPU)."""
-    if on_cuda:
-        return {"device": "cuda", "native_bf16": bool(torch.cuda.is_bf16_supported())}
-    amx = bool(torch.cpu._is_amx_tile_supported())
-    avx512_bf16 = bool(torch.cpu._is_avx512_bf16_supported())
-    return {"device": "cpu", "native_bf16": amx or avx512_bf16, "amx": amx, "avx512_bf16": avx512_bf16,
-            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def precision_for_bits(bits: int, accelerator: str = "auto", subcommand: str = "fit") -> tuple[str, str]:

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import platform
 import subprocess
 import sys
+from contextvars import ContextVar
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
 import lightning_bench
 
+# the arguments of the command being run in this process, when it is not the process's own sys.argv (an
+# experiment runs fit and test in-process, one command per cell: each cell's records name its command)
+_COMMAND: ContextVar = ContextVar("command", default=None)
 PACKAGES = ("torch", "lightning", "transformers", "datasets", "torchmetrics", "jsonargparse", "bitsandbytes")
 
 
@@ -46,13 +51,34 @@ def _read_git_revision() -> dict:
         return {"commit": None, "dirty": None}
 
 
+@contextlib.contextmanager
+def recorded_command(argv: list[str]):
+    """Within it, records name `lightning_bench ARGV` as their command."""
+    token = _COMMAND.set(list(argv))
+    try:
+        yield
+    finally:
+        _COMMAND.reset(token)
+
+
+def command_argv() -> list[str]:
+    """The arguments of the command being run, as typed (without the program name)."""
+    argv = _COMMAND.get()
+    return list(sys.argv[1:] if argv is None else argv)
+
+
+def command_line() -> str:
+    """The command whose results are being recorded, words joined by spaces."""
+    return " ".join(["lightning_bench", *command_argv()])
+
+
 def run_meta(*, seed, datamodule=None, protocol=None, precision_note=None, extra=None) -> dict:
     meta = {
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "versions": package_versions(),
         "git": git_revision(),
         "seed": seed,
-        "command": " ".join(["lightning_bench", *sys.argv[1:]]),
+        "command": command_line(),
         "platform": platform.platform(),
     }
     if datamodule is not None and hasattr(datamodule, "provenance"):

@@ -1,11 +1,13 @@
 """`SparsityCallback`: evaluate a LanguageModule under KV-cache eviction with the usual protocols.
 
 From on_{validation,test,predict}_start to the matching _end the callback holds the module inside
-`with eviction.applied(module):` (eviction.py), so its `lm_forward` computes the logits with
-`streaming.streaming_logits` (each evaluation window read as a stream on a cache compressed by the
-method); the block is left at the stage's end, on an exception and at teardown, whichever comes
-first. Everything else is unchanged: the DataModule's windows, `_eval_step`'s NLL sums, the logged
-metrics and the JSON records. Training steps of a fit are never touched.
+`with eviction.applied(module):` (streaming.py), so its evaluation steps compute the logits with
+`streaming.streaming_logits` (each evaluation window, or request row, read as a stream on a cache
+compressed by the method) and generate a task's answers on the KV engine (one prefill, one
+compression, decoding on the cache: the `downstream` command's query-aware cell); the block is left at
+the stage's end, on an exception and at teardown, whichever comes first. Everything else is unchanged:
+the DataModule's windows, `_eval_step`'s NLL sums, the logged metrics and the JSON records. Training
+steps of a fit are never touched.
 
     trainer = L.Trainer(callbacks=[SparsityCallback("h2o", ratio=0.9, chunk_size=16)])
     trainer.test(model, datamodule=data)            # test/ppl is now the streaming perplexity at 90% sparsity
@@ -23,8 +25,8 @@ from typing import Optional
 import lightning as L
 
 from lightning_bench.errors import ConfigError
-from lightning_bench.evaluation.windows import IGNORE_INDEX
-from lightning_bench.sparsity.eviction import StreamingEviction, new_totals
+from lightning_bench.models.token_nll import IGNORE_INDEX
+from lightning_bench.sparsity.streaming import StreamingEviction, new_totals
 
 STAGES = ("validation", "test", "predict")
 

@@ -1,4 +1,4 @@
-"""Streaming evaluation under KV-cache eviction: `streaming_logits`.
+"""Streaming evaluation under KV-cache eviction: `streaming_logits`, a schedule of the KV engine.
 
 A text is read the way a model serving a long stream reads it: in chunks of `chunk_size` tokens, on a
 KV cache that is compressed as it grows. The tokens of chunk k attend to the compressed cache of
@@ -12,11 +12,14 @@ perplexity of the logits is the quality a method keeps at that cache size.
   cache a token attends is up to chunk_size - 1 slots larger than the budget.
 - sparsity 0 (or the dense method) never compresses: the logits are those of one dense forward.
 
-Nothing here is a second mechanism: the first token goes through the core's `prefill`, every later
-piece of text through `extend` (the decoding step, q tokens at a time), the attention statistics
-through the same `AttentionRecorder`/`capturing`, and each compression through `EvictionState.compress`
-with the method's importance function. Positions are true positions (0 at the first token) unless
-`rerotate`, as in `generate_with_eviction`.
+The first token is the engine's prefill, every later piece of text an engine `feed`, each compression
+the engine's `compress` (with `rerotate`, decode.Rerotate), as in `generate_with_eviction`.
+
+`StreamingEviction` is the same schedule attached to a LanguageModule's evaluation for a block, as a
+kvpress press is applied: `with eviction.applied(model):` makes it the module's `evaluation` (whose
+`logits` its evaluation steps ask for), or the `kv` of a task's evaluator.Evaluation, which then also
+generates the answers on the KV engine; leaving, also on an exception, clears it. `eviction.totals`
+sums the figures of the forwards run inside. The module's own forward is never replaced.
 
 Note on cab_v3: its 2-hop term is accumulated over forwards of more than one query (capture.py), so
 with chunk_size 1 it is never fed and cab_v3 ranks by attention received alone.
@@ -24,83 +27,63 @@ with chunk_size 1 it is never fed and cab_v3 ranks by attention received alone.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-from typing import Optional, Union
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator, Optional, Union
 
 import torch
 
 from lightning_bench.errors import ConfigError
-from lightning_bench.sparsity.cache import budget, check_rounding, find_inv_freq
 from lightning_bench.sparsity.capture import AttentionRecorder
-from lightning_bench.sparsity.decode import check_budget, extend, prefill, resolve_network
-from lightning_bench.sparsity.methods import Method, make_method
+from lightning_bench.sparsity.decode import Every, compression
+from lightning_bench.sparsity.engine import Budget, KVEngine, KVRecord, check_rows, positive_int
+from lightning_bench.sparsity.methods import Method
 
-
-@dataclass
-class StreamingStats:
-    """What one `streaming_logits` call cost.
-
-    cache_lengths: (T,) cache slots token t attended, itself included (a dense cache: t + 1). The same
-        for every row (every row has seen the same number of tokens).
-    mean_cache_length / dense_mean_cache_length: mean of cache_lengths / of t + 1 over the counted
-        tokens (`scored`, default every non-padding token); `counted_tokens` of them.
-    peak_kv_bytes: the most bytes of keys + values (all layers, all rows) held at any moment: after a
-        chunk was appended, before it was compressed. dense_kv_bytes: what the dense cache holds after
-        the whole text.
-    compressions: compressions that evicted something. chunks: forwards run.
-    """
-
-    cache_lengths: torch.Tensor
-    mean_cache_length: float
-    dense_mean_cache_length: float
-    counted_tokens: int
-    peak_kv_bytes: int
-    dense_kv_bytes: int
-    compressions: int
-    chunks: int
-    seconds: float
-    method: dict
-
-    def summary(self) -> dict:
-        return {**self.method, "mean_cache_length": self.mean_cache_length,
-                "dense_mean_cache_length": self.dense_mean_cache_length, "counted_tokens": self.counted_tokens,
-                "peak_kv_bytes": self.peak_kv_bytes, "dense_kv_bytes": self.dense_kv_bytes,
-                "compressions": self.compressions, "chunks": self.chunks, "seconds": self.seconds}
-
-
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"--sparsity.{name} must be a positive integer, got {value!r}")
-    return value
+StreamingStats = KVRecord  # the record `streaming_logits` returns (the engine's one record type)
 
 
 def check_streaming_args(method: Union[str, Method], sparsity: Optional[float], budget_tokens: Optional[int],
                          chunk_size: int, interval: int = 1, method_params: Optional[dict] = None,
                          rounding: str = "ceil") -> tuple[Method, Optional[float]]:
     """(the Method, the sparsity to use) after checking every argument; one-line ConfigErrors otherwise."""
-    built = make_method(method, **(method_params or {}))
-    sparsity = check_budget(built, sparsity, budget_tokens)
-    _positive_int("chunk_size", chunk_size)
-    _positive_int("interval", interval)
-    check_rounding(rounding)
-    return built, sparsity
+    plan = Budget.build(method, sparsity, budget_tokens, rounding, method_params)
+    positive_int("chunk_size", chunk_size)
+    positive_int("interval", interval)
+    return plan.method, plan.sparsity
 
 
-def _check_mask(input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
-    if input_ids.dim() != 2 or input_ids.shape[1] == 0:
-        raise ConfigError(f"input_ids must be (batch, tokens) with at least one token, got {tuple(input_ids.shape)}")
-    if attention_mask is None:
-        return torch.ones_like(input_ids, dtype=torch.bool)
-    if attention_mask.shape != input_ids.shape:
-        raise ConfigError(f"attention_mask {tuple(attention_mask.shape)} does not match "
-                          f"input_ids {tuple(input_ids.shape)}")
-    mask = attention_mask.long()
-    if bool(((mask != 0) & (mask != 1)).any()) or bool((mask[:, 1:] > mask[:, :-1]).any()):
-        raise ConfigError("streaming takes right-padded rows (1s, then 0s): a row is a text read from its start")
-    if bool((mask[:, 0] == 0).any()):
-        raise ConfigError("a row of attention_mask has no tokens")
-    return mask.bool()
+def _kept_positions(logits_to_keep, T: int) -> Optional[torch.Tensor]:
+    if logits_to_keep is None:
+        return None
+    keep = torch.as_tensor(logits_to_keep, dtype=torch.long).flatten().cpu()
+    if len(keep) and (keep.min() < 0 or keep.max() >= T or bool((keep[1:] <= keep[:-1]).any())):
+        raise ConfigError(f"logits_to_keep must be increasing positions in [0, {T}), got {keep.tolist()}")
+    return keep
+
+
+def _read(engine: KVEngine, input_ids: torch.Tensor, chunk_size: int, keep: Optional[torch.Tensor],
+          schedule: Every, evicts: bool) -> tuple[list, list]:
+    """Feed the text chunk by chunk; (logit pieces, slots attended by each token)."""
+    B, T = input_ids.shape
+    pieces, lengths = [], []
+    for chunk, lo in enumerate(range(0, T, chunk_size), start=1):
+        hi = min(T, lo + chunk_size)
+        wanted = 0 if keep is None else (keep[(keep >= lo) & (keep < hi)] - lo).to(engine.device)
+        if engine.state is None:  # the stream's first token starts the cache, the rest of the chunk extends it
+            first = engine.prefill(input_ids[:, :1])
+            if keep is None or (len(wanted) and int(wanted[0]) == 0):
+                pieces.append(first[:, None])
+            cached = 0
+            if hi > 1:
+                pieces.append(engine.feed(input_ids[:, 1:hi], wanted if keep is None else wanted[wanted > 0] - 1))
+        else:
+            cached = engine.state.length
+            pieces.append(engine.feed(input_ids[:, lo:hi], wanted))
+        lengths.extend(range(cached + 1, cached + hi - lo + 1))
+        engine.meter()
+        if evicts and hi < T and schedule.due(chunk):
+            schedule.compress(engine)
+    return pieces, lengths
 
 
 @torch.no_grad()
@@ -108,7 +91,7 @@ def streaming_logits(net, input_ids: torch.Tensor, attention_mask: Optional[torc
                      method: Union[str, Method] = "dense", sparsity: Optional[float] = None,
                      budget_tokens: Optional[int] = None, chunk_size: int = 1, method_params: Optional[dict] = None,
                      interval: int = 1, rerotate: bool = False, logits_to_keep: Optional[torch.Tensor] = None,
-                     scored: Optional[torch.Tensor] = None, rounding: str = "ceil") -> tuple[torch.Tensor, StreamingStats]:
+                     scored: Optional[torch.Tensor] = None, rounding: str = "ceil") -> tuple[torch.Tensor, KVRecord]:
     """Logits of `input_ids` read as a stream on a KV cache compressed by `method` (see module docstring).
 
     Args:
@@ -118,85 +101,125 @@ def streaming_logits(net, input_ids: torch.Tensor, attention_mask: Optional[torc
         method / method_params: a registry name (methods.METHODS) and its parameters, or a Method.
         sparsity: fraction of the tokens seen so far that is evicted, in [0, 1). budget_tokens: keep a fixed
             number of tokens instead (a budget at or above the text length keeps everything). Exactly one
-            of the two for an evicting method; neither for dense. rounding: "ceil" or "floor" of the
-            ratio's budget (cache.budget).
+            of the two for an evicting method; neither for dense. rounding: "ceil" or "floor" (cache.budget).
         chunk_size: tokens per forward (1 = per-token streaming). interval: compress after every
             `interval`-th chunk. rerotate: re-rotate kept keys to contiguous positions at each compression.
         logits_to_keep: optional sorted 1-D positions; then only those logits are computed and returned
             (B, len(logits_to_keep), V), as `LanguageModule.lm_forward` does.
         scored: optional (B, T) bool, the tokens counted in the cache-length means (default: non-padding).
     Returns:
-        (logits (B, T, V) in the model's dtype, StreamingStats).
+        (logits (B, T, V) in the model's dtype, KVRecord: cache_lengths one per token (the same for every
+        row), kv_bytes / dense_kv_bytes one per chunk, figures mean_cache_length, dense_mean_cache_length,
+        counted_tokens (over the counted tokens) and chunks).
     """
-    start = time.perf_counter()
-    net = resolve_network(net)
+    engine = KVEngine(net)
     method, sparsity = check_streaming_args(method, sparsity, budget_tokens, chunk_size, interval, method_params,
                                             rounding)
-    mask = _check_mask(input_ids, attention_mask)
-    B, T = input_ids.shape
+    plan = Budget(method, sparsity, budget_tokens, rounding)
+    mask = check_rows(input_ids, attention_mask, "right").bool()
     if scored is not None and scored.shape != input_ids.shape:
         raise ConfigError(f"scored {tuple(scored.shape)} does not match input_ids {tuple(input_ids.shape)}")
-    keep_positions = None
-    if logits_to_keep is not None:
-        keep_positions = torch.as_tensor(logits_to_keep, dtype=torch.long).flatten().cpu()
-        if len(keep_positions) and (keep_positions.min() < 0 or keep_positions.max() >= T
-                                    or bool((keep_positions[1:] <= keep_positions[:-1]).any())):
-            raise ConfigError(f"logits_to_keep must be increasing positions in [0, {T}), got {keep_positions.tolist()}")
-    inv_freq = find_inv_freq(net) if rerotate else None
-    if rerotate and inv_freq is None:
-        raise ConfigError("--sparsity.rerotate needs a RoPE model; this one has no rotary embedding")
-
-    device = next(net.parameters()).device
-    input_ids = input_ids.to(device)
-    recorder = AttentionRecorder.for_method(method)
+    keep = _kept_positions(logits_to_keep, input_ids.shape[1])
+    engine.check_rope(rerotate)
+    engine.recorder = AttentionRecorder.for_method(method)
     evicts = method.evicts and (budget_tokens is not None or sparsity > 0)
-    cache_lengths = torch.empty(T, dtype=torch.long)
-    pieces, peak, chunks, state = [], 0, 0, None
-    was_training = net.training
-    net.eval()
-    try:
-        for lo in range(0, T, chunk_size):
-            hi = min(T, lo + chunk_size)
-            if keep_positions is None:
-                wanted = 0  # transformers: every position of the chunk
-            else:
-                wanted = keep_positions[(keep_positions >= lo) & (keep_positions < hi)] - lo
-            if state is None:
-                # the stream's first token starts the cache (prefill); the rest of the first chunk extends it
-                state, first = prefill(net, input_ids[:, :1], torch.ones(B, 1, dtype=torch.long, device=device),
-                                       recorder)
-                if keep_positions is None or (len(wanted) and int(wanted[0]) == 0):
-                    pieces.append(first[:, None])
-                cached = 0
-                if hi > 1:
-                    rest = wanted if keep_positions is None else wanted[wanted > 0] - 1
-                    pieces.append(extend(net, state, input_ids[:, 1:hi], recorder, rest.to(device)
-                                         if isinstance(rest, torch.Tensor) else rest))
-            else:
-                cached = state.length
-                pieces.append(extend(net, state, input_ids[:, lo:hi], recorder,
-                                     wanted.to(device) if isinstance(wanted, torch.Tensor) else wanted))
-            cache_lengths[lo:hi] = cached + torch.arange(1, hi - lo + 1)
-            peak = max(peak, state.kv_bytes())
-            chunks += 1
-            if evicts and hi < T and chunks % interval == 0:
-                state.compress(method, budget(state.seen, sparsity, budget_tokens, rounding), recorder, rerotate,
-                               inv_freq)
-    finally:
-        net.train(was_training)
-    logits = torch.cat(pieces, dim=1)
+    with engine.evaluating():
+        start = engine.clock()
+        pieces, lengths = _read(engine, input_ids.to(engine.device), chunk_size, keep,
+                                Every(compression(plan, rerotate), interval), evicts)
+        record = engine.record
+        record.decode_seconds = engine.clock() - start
+    record.cache_lengths = lengths
+    record.method = {**plan.describe(), "chunk_size": chunk_size, "interval": interval, "rerotate": rerotate}
+    record.figures = _cache_means(lengths, mask if scored is None else scored.bool(), -(-input_ids.shape[1] // chunk_size))
+    return torch.cat(pieces, dim=1), record
 
-    counted = (mask if scored is None else scored.bool()).cpu()
-    per_row = counted.sum(0).double()  # how many rows count position t
-    n_counted = int(per_row.sum())
-    dense_lengths = torch.arange(1, T + 1, dtype=torch.float64)
-    mean = float((per_row * cache_lengths.double()).sum() / n_counted) if n_counted else float("nan")
-    dense_mean = float((per_row * dense_lengths).sum() / n_counted) if n_counted else float("nan")
-    per_slot = state.kv_bytes() // max(1, state.length)
-    stats = StreamingStats(
-        cache_lengths=cache_lengths, mean_cache_length=mean, dense_mean_cache_length=dense_mean,
-        counted_tokens=n_counted, peak_kv_bytes=peak, dense_kv_bytes=per_slot * T,
-        compressions=state.compressions, chunks=chunks, seconds=time.perf_counter() - start,
-        method={**method.describe(), "sparsity": sparsity, "budget_tokens": budget_tokens, "rounding": rounding,
-                "chunk_size": chunk_size, "interval": interval, "rerotate": rerotate})
-    return logits, stats
+
+def _cache_means(lengths: list, counted: torch.Tensor, chunks: int) -> dict:
+    per_row = counted.cpu().sum(0).double()  # how many rows count position t
+    n = int(per_row.sum())
+    cache = torch.tensor(lengths, dtype=torch.float64)
+    dense = torch.arange(1, len(lengths) + 1, dtype=torch.float64)
+    return {"mean_cache_length": float((per_row * cache).sum() / n) if n else float("nan"),
+            "dense_mean_cache_length": float((per_row * dense).sum() / n) if n else float("nan"),
+            "counted_tokens": n, "chunks": chunks}
+
+
+def new_totals() -> dict:
+    """Sums over forwards: cache slots / dense slots attended x tokens, counted tokens, peak KV bytes
+    (evicted and dense), compressions, chunk forwards."""
+    return {"cache": 0.0, "dense": 0.0, "tokens": 0, "peak": 0, "dense_peak": 0, "compressions": 0, "forwards": 0}
+
+
+@dataclass
+class StreamingEviction:
+    """Streaming evaluation of a module's forward under `method` (arguments: see SparsityCallback)."""
+
+    method: Method
+    ratio: Optional[float]
+    budget_tokens: Optional[int] = None
+    chunk_size: int = 1
+    interval: int = 1
+    rerotate: bool = False
+    rounding: str = "ceil"  # of the ratio's budget (cache.budget)
+    totals: dict = field(default_factory=new_totals)
+    # (B, T) bool: the tokens the next forwards count in the cache figures (None: every token)
+    scored: Optional[torch.Tensor] = None
+
+    @classmethod
+    def build(cls, method="dense", ratio: Optional[float] = None, budget_tokens: Optional[int] = None,
+              chunk_size: int = 1, interval: int = 1, rerotate: bool = False,
+              method_params: Optional[dict] = None, rounding: str = "ceil") -> "StreamingEviction":
+        """Checked arguments (one-line ConfigErrors); `method` is a registry name or a Method."""
+        built, ratio = check_streaming_args(method, ratio, budget_tokens, chunk_size, interval, method_params,
+                                            rounding)
+        return cls(built, ratio, budget_tokens, chunk_size, interval, bool(rerotate), rounding)
+
+    def settings(self) -> dict:
+        return {**self.method.describe(), "ratio": self.ratio, "budget_tokens": self.budget_tokens,
+                "rounding": self.rounding, "chunk_size": self.chunk_size, "interval": self.interval, "rerotate": self.rerotate}
+
+    @contextmanager
+    def applied(self, module) -> Iterator["StreamingEviction"]:
+        """Score `module`'s evaluation through this eviction inside the block: it becomes the module's
+        `evaluation`, or the `kv` of the one a task's evaluator set (evaluation/evaluator.py)."""
+        if not hasattr(module, "evaluation"):
+            raise ConfigError(f"KV-cache eviction applies to LanguageModules, not {type(module).__name__}")
+        if not module.supports_kv_cache:
+            raise ConfigError(f"{type(module).__name__} has no KV cache to evict from; KV-cache sparsity needs an "
+                              "attention model (--model transformer or --model hf)")
+        holder = module.evaluation
+        if holder is not None and (not hasattr(holder, "kv") or holder.kv is not None):
+            raise RuntimeError("a KV-cache eviction is already applied to this module")
+        if holder is None:
+            module.evaluation = self
+        else:
+            holder.kv = self
+        try:
+            yield self
+        finally:
+            if module.evaluation is self:
+                module.evaluation = None
+            elif getattr(module.evaluation, "kv", None) is self:
+                module.evaluation.kv = None
+
+    def scores(self, batch) -> bool:
+        """Request batches are scored by a task's evaluation (evaluator.Evaluation), never by the eviction alone."""
+        return False
+
+    def logits(self, module, input_ids: torch.Tensor, logits_to_keep: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The streaming logits of `input_ids` under this eviction; adds the forward's figures to `totals`."""
+        scored = self.scored if self.scored is not None and self.scored.shape == input_ids.shape else None
+        logits, stats = streaming_logits(module.net, input_ids, None, self.method, sparsity=self.ratio,
+                                         budget_tokens=self.budget_tokens, chunk_size=self.chunk_size,
+                                         interval=self.interval, rerotate=self.rerotate,
+                                         logits_to_keep=logits_to_keep, scored=scored, rounding=self.rounding)
+        acc = self.totals
+        acc["cache"] += stats.mean_cache_length * stats.counted_tokens if stats.counted_tokens else 0.0
+        acc["dense"] += stats.dense_mean_cache_length * stats.counted_tokens if stats.counted_tokens else 0.0
+        acc["tokens"] += stats.counted_tokens
+        acc["peak"] = max(acc["peak"], stats.peak_kv_bytes)
+        acc["dense_peak"] = max(acc["dense_peak"], stats.dense_kv_bytes_peak)
+        acc["compressions"] += stats.compressions
+        acc["forwards"] += stats.chunks
+        return logits

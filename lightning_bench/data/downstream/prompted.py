@@ -1,5 +1,5 @@
 """PromptedDataModule: every example of every selected task as loglikelihood / next-token / generation
-requests (encoded by evaluation/prompted.py), built from the tasks' versioned templates
+requests (encoded by data/downstream/requests.py), built from the tasks' versioned templates
 (data/tasks/requests.py), k-shot from each task's few-shot split. The model's test step scores them (evaluation/evaluator.py)."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Literal, Optional, Union
 import torch
 from torch.utils.data import DataLoader
 
+from lightning_bench.data.downstream import requests as encoding
 from lightning_bench.data.downstream.base import TaskDataModule
 from lightning_bench.data.options import (ContextTokens, NonNegativeFloat, NonNegativeInt, OpenClosedUnitInterval,
                                           PositiveInt, checked_arguments)
@@ -18,7 +19,6 @@ from lightning_bench.data.tasks import GenerationSettings, get_task
 from lightning_bench.data.tasks.finetune import passage
 from lightning_bench.data.tasks.rows import local_layout
 from lightning_bench.errors import ConfigError, MissingData
-from lightning_bench.evaluation import prompted
 from lightning_bench.data.tasks.requests import Generation, MultipleChoice, build_request
 
 
@@ -212,20 +212,20 @@ class PromptedDataModule(TaskDataModule):
 
     def _encode_requests(self) -> None:
         tok = self.tokenizer
-        self._encoded: list[prompted.EncodedRequest] = []
+        self._encoded: list[encoding.EncodedRequest] = []
         self._no_answer: dict[int, Optional[list[int]]] = {}
         for rid, req in enumerate(self.requests):
             r = req.request
             if isinstance(r, Generation):
                 label = f"{req.task} sample {req.row.get('id', rid)!r}"
                 settings = get_task(req.task).generation
-                enc = [prompted.encode_generation(tok, rid, self.render(req.task, r.context), self.seq_len,
+                enc = [encoding.encode_generation(tok, rid, self.render(req.task, r.context), self.seq_len,
                                                   self.max_new_tokens(req.task, req.row), r.document, label,
                                                   cut_left=not settings.chat)]
-                self._no_answer[rid] = (prompted.split_continuation(tok, r.context, " " + r.no_answer)[1]
+                self._no_answer[rid] = (encoding.split_continuation(tok, r.context, " " + r.no_answer)[1]
                                         if r.no_answer else None)
             else:
-                enc = prompted.encode_multiple_choice(tok, rid, r.context, r.choices, self.seq_len)
+                enc = encoding.encode_multiple_choice(tok, rid, r.context, r.choices, self.seq_len)
             req.truncated = max(e.truncated for e in enc)
             req.prompt_tokens = max(len(e.tokens) for e in enc)
             self._encoded.extend(enc)
@@ -233,7 +233,7 @@ class PromptedDataModule(TaskDataModule):
         # the tokenizer's end-of-sequence token ends an answer too (instruct models emit it); a
         # one-character stop ("\n") is every token holding it, longer ones are matched on the text
         eos = getattr(getattr(tok, "tok", None), "eos_token_id", None)
-        self.stop_ids = {s: frozenset(set().union(*(prompted.stop_token_ids(tok, one) for one in s if len(one) == 1))
+        self.stop_ids = {s: frozenset(set().union(*(encoding.stop_token_ids(tok, one) for one in s if len(one) == 1))
                                       | ({eos} if eos is not None else set())) for s in stops}
 
     def _batches(self) -> list[dict]:
@@ -242,9 +242,9 @@ class PromptedDataModule(TaskDataModule):
         for kind in ("next_token", "loglikelihood"):
             rows = sorted((e for e in self._encoded if e.kind == kind), key=lambda e: -len(e.tokens))
             for i in range(0, len(rows), self.hparams.batch_size):
-                batches.append(prompted.collate(rows[i:i + self.hparams.batch_size], pad))
+                batches.append(encoding.collate(rows[i:i + self.hparams.batch_size], pad))
         for e in (e for e in self._encoded if e.kind == "generate"):
-            batch = prompted.collate([e], pad)
+            batch = encoding.collate([e], pad)
             req = self.requests[e.request_id]
             batch.update(max_new_tokens=self.max_new_tokens(req.task, req.row), stop=req.request.stop,
                          no_answer_tokens=self._no_answer[e.request_id], sampling=self.sampling(req.task))

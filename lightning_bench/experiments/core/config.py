@@ -6,24 +6,21 @@ has `--config FILE`, `--print_config`, `--help` and dotted overrides (`--methods
 Environment defaults are jsonargparse's omegaconf interpolation in the YAML:
 `pretrained: ${oc.env:LB_SMOLLM2_DIR,${oc.env:HOME}/.cache/lightning_bench/smollm2-135m-instruct}`.
 
-The argparse spellings of the earlier commands still parse (`normalize_argv`): hyphenated names
-(`--context-length`), space-separated lists (`--methods dense h2o`, `--seeds 1 2 3`) and bare
-boolean flags (`--rerotate`), so documented command lines keep working.
+The argparse spellings of the earlier commands are the parser's own (no argument list is rewritten):
+hyphenated names (`--context-length`) are aliases of their options, a list option takes space-separated
+values (`--methods dense h2o`, `--seeds 1 2 3`) and a boolean one may stand bare (`--rerotate`).
+Deprecated options (docs/experiments.md's table) are fields a config class names in `DEPRECATED`; after
+parsing, each one given is moved to its new field with one `lightning_bench: note:` line on stderr.
 
 Every error is one `lightning_bench: error: COMMAND: ...` line (a ConfigError, printed by cli.main).
 
-Ranges are declared once, on the option: a numeric field's annotation is a jsonargparse restricted type
-(`interval: PositiveInt`, `sparsity: list[Fraction]`, `seeds: list[Seed]`), so jsonargparse refuses a
-value outside it while parsing, `--help` shows it, and errors.parser_error_line names the flag and the
-range (`--max_new_tokens: got '-1'; expected an int > 0`). Besides jsonargparse's own (PositiveInt,
-NonNegativeInt, NonNegativeFloat, ...), the ranges below are made with lightning_bench.options.number_range,
-which returns the type models or data already registered for the same range under the same name
-(jsonargparse refuses a second name for one range). `__post_init__` keeps the checks between fields
-(`--seeds` or `--num_runs`, a method's parameters, an empty list).
+Ranges are declared once, on the option, as restricted types (`ratios: list[Fraction]`, docs/experiments.md):
+jsonargparse refuses a value outside one while parsing; `__post_init__` keeps the checks between fields.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import re
@@ -34,7 +31,7 @@ from typing import Optional, Union
 import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser
 
-from lightning_bench.errors import PROG, ConfigError, parser_error_line
+from lightning_bench.errors import PROG, ConfigError, deprecated as say_deprecated, parser_error_line
 from lightning_bench.options import ContextTokens, Fraction, OpenClosedUnitInterval, Seed  # noqa: F401 - re-exported
 PARSER_MODE = "omegaconf"  # `${oc.env:VAR,default}` in presets; otherwise plain YAML
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -47,6 +44,23 @@ class _OneLineParser(ArgumentParser):
 
     argv: list[str] = []
     command: Optional[str] = None  # set on a command's own parser; jsonargparse also builds nested ones
+    spaced: dict[str, type] = {}  # dest -> list item type (list options) or bool (flags that may stand bare)
+
+    def _get_nargs_pattern(self, action):
+        """A list option consumes every value up to the next option, a boolean one none or one."""
+        kind = self.spaced.get(action.dest)
+        if kind is None or not action.option_strings:
+            return super()._get_nargs_pattern(action)
+        return "(A?)" if kind is bool else "(A[A-]*)"  # argparse's `?` and `+` patterns of an option
+
+    def _get_values(self, action, arg_strings):
+        """`--seeds 1 2 3` is `--seeds [1, 2, 3]`; a bare `--rerotate` is `--rerotate true`."""
+        kind = self.spaced.get(action.dest)
+        if kind is bool and not arg_strings:
+            arg_strings = ["true"]
+        elif kind not in (None, bool) and not (len(arg_strings) == 1 and arg_strings[0].lstrip().startswith("[")):
+            arg_strings = [json.dumps([v if kind is str else yaml.safe_load(v) for v in arg_strings])]
+        return super()._get_values(action, arg_strings)
 
     def error(self, message: str, ex: Optional[Exception] = None):
         if self.command is None:  # the parser of a nested config (Optional[SparsitySweep]): the line
@@ -72,8 +86,7 @@ class Parsed:
     config_files: list[Path]  # the --config files given, in order
 
 
-def parse_command(command: str, config_class: type, argv: list[str], description: str,
-                  renames: Optional[dict[str, str]] = None) -> Parsed:
+def parse_command(command: str, config_class: type, argv: list[str], description: str) -> Parsed:
     """Parse `argv` (config files, then overrides, as jsonargparse orders them) into `config_class`."""
     parser = _OneLineParser(prog=f"{PROG} {command}", description=description, parser_mode=PARSER_MODE,
                             exit_on_error=False)
@@ -82,8 +95,9 @@ def parse_command(command: str, config_class: type, argv: list[str], description
         check_config_file(command, path)
     parser.add_argument("--config", action=ActionConfigFile, help="a YAML preset of this command's options")
     parser.add_class_arguments(config_class, nested_key=None, fail_untyped=True, sub_configs=True)
+    _add_spellings(parser, config_class)
     try:
-        namespace = parser.parse_args(normalize_argv(argv, config_class, renames or {}))
+        namespace = parser.parse_args(list(argv))
     except Exception as err:  # noqa: BLE001 - omegaconf's interpolation errors pass through jsonargparse
         if type(err).__module__.split(".")[0] != "omegaconf":
             raise
@@ -91,8 +105,11 @@ def parse_command(command: str, config_class: type, argv: list[str], description
         reason = str(err).splitlines()[0].removeprefix("KeyError raised while resolving interpolation: ")
         raise ConfigError(f"{command}: {where}: {reason.strip(chr(34))} (set it, give a default as "
                           "${oc.env:VAR,default}, or override the option on the command line)") from err
+    deprecated = getattr(config_class, "DEPRECATED", {})
+    _move_deprecated(parser, namespace, deprecated)
     files = [Path(str(f)) for f in (namespace.pop("config", None) or []) if f is not None]
     resolved = json.loads(json.dumps(namespace.as_dict(), default=str))  # plain data: lists, not tuples
+    resolved = {k: v for k, v in resolved.items() if k not in deprecated}  # records name the current fields
     init = parser.instantiate(namespace)
     config = config_class(**{f.name: _plain(init[f.name]) for f in dataclasses.fields(config_class) if f.init})
     return Parsed(config, resolved, files)
@@ -142,46 +159,54 @@ def _plain(value):
     return value
 
 
-def _kind(hint) -> tuple[Optional[str], Optional[type]]:
-    """("list", item type), ("bool", None) or (None, None) for a field's type hint (Optional unwrapped)."""
+def _kind(hint) -> Optional[type]:
+    """The item type of a list field, bool for a boolean one, None otherwise (Optional unwrapped)."""
     if typing.get_origin(hint) is Union:
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         hint = args[0] if len(args) == 1 else None
     if typing.get_origin(hint) is list:
-        return "list", (typing.get_args(hint) or (str,))[0]
-    return ("bool", None) if hint is bool else (None, None)
+        return (typing.get_args(hint) or (str,))[0]
+    return bool if hint is bool else None
 
 
-def normalize_argv(argv: list[str], config_class: type, renames: dict[str, str]) -> list[str]:
-    """Rewrite argparse-style options into jsonargparse's: `--context-length 8 16` ->
-    `--context_length [8, 16]`, `--rerotate` -> `--rerotate true`; `renames` maps old option names
-    (without `--`) to fields. Anything else is passed through untouched."""
+def _add_spellings(parser: _OneLineParser, config_class: type) -> None:
+    """The argparse spellings as the parser's own: `--context-length` an alias of `--context_length`,
+    space-separated list values, bare boolean flags, and `LEGACY_OPTIONS` (e.g. `--method-param`)."""
     hints = typing.get_type_hints(config_class)
-    out, i = [], 0
-    while i < len(argv):
-        arg = argv[i]
-        i += 1
-        if not arg.startswith("--") or arg == "--":
-            out.append(arg)
+    parser.spaced = {name: _kind(hint) for name, hint in hints.items() if _kind(hint) is not None}
+    for action in list(parser._actions):
+        for option in list(action.option_strings):
+            alias = option.replace("_", "-")
+            if "." not in option and alias != option and alias not in parser._option_string_actions:
+                action.option_strings.append(alias)
+                parser._option_string_actions[alias] = action
+    for options, action in getattr(config_class, "LEGACY_OPTIONS", {}).items():
+        parser.add_argument(*options, action=action, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                            metavar=getattr(action, "metavar", None), help=action.__doc__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Renamed:
+    """A deprecated field: its value moves to `new` (through `convert`) after parsing, with one note."""
+
+    new: str
+    convert: Optional[typing.Callable] = None
+    hint: str = ""  # what the note adds, e.g. how the old value maps
+
+
+def _move_deprecated(parser, namespace, deprecated: dict[str, Renamed]) -> None:
+    """Each deprecated field given (on the command line or in a YAML) goes to its new field: one note each;
+    the new field given too (not its default) is one error line."""
+    defaults = parser.get_defaults()
+    for old, renamed in deprecated.items():
+        value = namespace.get(old)
+        if value is None:
             continue
-        name, eq, value = arg[2:].partition("=")
-        name = renames.get(name, name)
-        if "." not in name:
-            name = name.replace("-", "_")
-        kind, item = _kind(hints.get(name))
-        if eq or kind is None:
-            out.append(f"--{name}" + (f"={value}" if eq else ""))
-            continue
-        values = []
-        while i < len(argv) and not argv[i].startswith("--"):
-            values.append(argv[i])
-            i += 1
-        if kind == "bool" and not values:
-            values = ["true"]
-        elif kind == "list" and values and not (len(values) == 1 and values[0].lstrip().startswith("[")):
-            values = [json.dumps([v if item is str else yaml.safe_load(v) for v in values])]
-        out += [f"--{name}", *values]
-    return out
+        if namespace.get(renamed.new) != defaults.get(renamed.new):
+            raise ConfigError(f"give --{renamed.new} or --{old}, not both")
+        say_deprecated(f"--{old}", f"--{renamed.new}{renamed.hint}")
+        namespace[renamed.new] = renamed.convert(value) if renamed.convert else value
+        namespace[old] = None
 
 
 def check_unique(option: str, values: list, noun: str = "value") -> None:

@@ -1,18 +1,14 @@
-"""Resumable stores of finished cells. Every write is atomic (a killed run leaves the previous file
-whole), and a store made under other settings is refused instead of being mixed with new cells.
+"""The store of finished cells the runner reads and writes (docs/experiments.md). `CellStore` keeps one
+JSON file per cell (`{folder}/{cell.key}.json`) with the settings it was made under (`protocol`) and a
+checksum: a damaged file is moved aside and the cell computed again; a cell of the earlier layout,
+without a checksum, is read as it is; a cell made under other settings is refused, never mixed in. Every
+write is atomic. A long group saves its progress after each example (`progress`). The sweep's one JSON
+(sweep/store.py) and the trainer's records (multi_dataset/records.py) offer the runner the same methods.
 
-CellFolder    one JSON file per cell (`{folder}/{cell.key}.json`), each carrying the `protocol` it was
-              made under; a cell whose file exists is done (generation).
-CellDocument  every cell in ONE JSON document with a `fingerprint` of the settings all cells depend
-              on, rewritten after each cell (the sweep's published layout).
-
-Two runs into one store compute each cell once. A CellFolder locks a cell (or a group of cells computed
-together) while a run computes it: `claim` hands a run the cells no other run holds first, then waits
-for the others' locks, and the caller reuses what the other run wrote meanwhile. A CellDocument is
-rewritten whole, so one run at a time holds it; a second waits, then finds the first's cells done.
-The locks are OS file locks (flock, via `filelock`) on `<folder>/../.locks/<folder name>/<name>.lock` and
-`.<document>.lock`: a killed run's locks go with its process, and the empty lock files left behind block
-nothing.
+Two runs into one store compute each cell once: a cell, or a group computed together, is locked while a
+run computes it (`claim`: the groups no other run holds first, then the others once free). The locks
+are OS file locks (flock, `filelock`) on `<folder>/../.locks/<folder name>/<name>.lock`: a killed run's
+locks go with its process, and the empty lock files left behind block nothing.
 """
 
 from __future__ import annotations
@@ -35,55 +31,52 @@ def fingerprint(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
 
 
-class CellFolder:
-    def __init__(self, folder: str | Path, file_pattern: re.Pattern, change_hint: str):
+def _set_aside(path: Path, suffix: str, why: str) -> None:
+    aside = path.with_name(path.name + suffix)
+    try:
+        path.replace(aside)
+    except FileNotFoundError:  # another run found it at the same moment and moved it first
+        return
+    print(f"{PROG}: {path} {why}: moved to {aside.name}; {'its examples are' if suffix == '.stale' else 'the cell is'} "
+          "computed again", file=sys.stderr)
+
+
+class CellStore:
+    def __init__(self, folder: str | Path, file_pattern: re.Pattern, refusal: str,
+                 progress_folder: Optional[Path] = None):
         self.folder = Path(folder)
         self.file_pattern = file_pattern  # which files in the folder are cells (not the summaries)
-        self.change_hint = change_hint  # how to start a separate store, e.g. "use another --experiment_name"
+        self.refusal = refusal  # what follows the path when a cell was made under other settings
+        self.progress_folder = Path(progress_folder) if progress_folder else self.folder / "partial"
 
     def path(self, cell) -> Path:
         return self.folder / f"{cell.key}.json"
 
-    def done(self, cell) -> bool:
-        return self.path(cell).exists()
-
-    def verified(self, cell) -> Optional[dict]:
-        """The cell's record if its file is whole: JSON whose `checksum` matches its content (written by
-        `write(..., checksum=True)`). A truncated, edited or unreadable file is moved aside to
-        `<key>.json.corrupt` with a warning, and None says the cell must be computed again: never merged."""
+    def read(self, cell, settings: dict) -> Optional[dict]:
+        """The cell's record if a run finished it under `settings`; None if it was not made, or its file is
+        damaged (unreadable, or its checksum does not match: moved to `<key>.json.corrupt`). A record made
+        under other settings is refused: it would be mixed with this run's cells."""
         path = self.path(cell)
         if not path.exists():
             return None
         try:
             record = read_json(path)
-            ok = isinstance(record, dict) and record.get("checksum") == fingerprint(
-                {k: v for k, v in record.items() if k != "checksum"})
+            ok = isinstance(record, dict) and ("checksum" not in record or record["checksum"] == fingerprint(
+                {k: v for k, v in record.items() if k != "checksum"}))  # no checksum: the earlier layout
         except (OSError, ValueError):
             ok = False
-        if ok:
-            return record
-        aside = path.with_name(path.name + ".corrupt")
-        try:
-            path.replace(aside)
-        except FileNotFoundError:  # another run found it damaged at the same moment and moved it first
+        if not ok:
+            _set_aside(path, ".corrupt", "is damaged (unreadable or its checksum does not match)")
             return None
-        print(f"{PROG}: {path} is damaged (unreadable or its checksum does not match): moved to {aside.name}; "
-              "the cell is computed again", file=sys.stderr)
-        return None
+        if record.get("protocol") != settings:
+            raise ConfigError(f"{path} {self.refusal}")
+        return record
 
-    def refuse_other_protocols(self, cells: Iterable, protocol_of, what: str) -> None:
-        """Before anything runs: a finished cell made under another protocol would be silently mixed."""
-        for cell in cells:
-            path = self.path(cell)
-            if path.exists() and read_json(path).get("protocol") != protocol_of(cell):
-                raise ConfigError(f"{path} was made under another protocol ({what}); {self.change_hint}")
-
-    def write(self, cell, record: dict, checksum: bool = False) -> Path:
-        """Atomically; with `checksum`, the record carries the fingerprint of its content (`verified`)."""
-        if checksum:  # over the record as JSON will hold it (NaN -> null, tuples -> lists), so a reread matches
-            record = jsonable(record)
-            record = {**record, "checksum": fingerprint(record)}
-        return write_json_atomic(self.path(cell), record)
+    def write(self, cell, settings: dict, record: dict) -> Path:
+        """Atomically, with the settings and the checksum of the content as JSON holds it (NaN -> null,
+        tuples -> lists), so a reread matches."""
+        record = jsonable({**record, "protocol": settings})
+        return write_json_atomic(self.path(cell), {**record, "checksum": fingerprint(record)})
 
     def lock(self, name: str) -> FileLock:
         """The lock of cell or group `name` (`claim` takes it), beside the folder: the folder holds cells only."""
@@ -94,6 +87,38 @@ class CellFolder:
     def records(self) -> list[dict]:
         """Every cell file in the folder (also those of earlier, smaller grids), in file-name order."""
         return [read_json(p) for p in sorted(self.folder.glob("*.json")) if self.file_pattern.match(p.name)]
+
+    def progress(self, group: str, settings: dict) -> "Progress":
+        return Progress(self.progress_folder / f"{group}.json", fingerprint(settings))
+
+    def clear_progress(self, group: str) -> None:
+        """Once the group's cells are written, its progress is no longer needed."""
+        (self.progress_folder / f"{group}.json").unlink(missing_ok=True)
+
+
+class Progress:
+    """A group of hours writes its cell files only when it ends, so after each example its rows so far go
+    atomically to `partial/<group>.json` with the fingerprint of its cells' settings: a run finding the
+    same fingerprint continues after the last example; another, or an unreadable file, is set aside."""
+
+    def __init__(self, path: Path, settings_fingerprint: str):
+        self.path, self.fingerprint = path, settings_fingerprint
+
+    def load(self) -> Optional[dict]:
+        """{"examples": n done, "cells": {key: what the command saved}} or None."""
+        if not self.path.exists():
+            return None
+        try:
+            saved = read_json(self.path)
+        except (OSError, ValueError):
+            saved = None
+        if isinstance(saved, dict) and saved.get("fingerprint") == self.fingerprint:
+            return saved
+        _set_aside(self.path, ".stale", "was left by a run under other settings (or is damaged)")
+        return None
+
+    def save(self, examples: int, cells: dict) -> None:
+        write_json_atomic(self.path, {"fingerprint": self.fingerprint, "examples": examples, "cells": cells})
 
 
 def claim(items: Iterable, lock_of: Callable[[object], FileLock], say: Callable[[object, str], None]) -> Iterator:
@@ -117,51 +142,3 @@ def claim(items: Iterable, lock_of: Callable[[object], FileLock], say: Callable[
         say(item, "waiting for the other run to finish it")
         with lock_of(item):
             yield item
-
-
-class CellDocument:
-    """Used as a context manager: the document is read, and held against other runs, inside `with`."""
-
-    def __init__(self, path: str | Path, settings_fingerprint: str, what: str, settings: str, change_hint: str):
-        self.path, self.fingerprint, self.change_hint = Path(path), settings_fingerprint, change_hint
-        self.what, self.settings = what, settings  # how refusals name the document and its settings
-        self.doc: dict = {"results": {}}
-        self.lock = FileLock(self.path.with_name(f".{self.path.name}.lock"))
-
-    def __enter__(self) -> "CellDocument":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self.lock.acquire(timeout=0)
-        except Timeout:
-            print(f"{PROG}: another run is writing {self.path}; waiting for it to end (its cells are then reused)",
-                  flush=True)
-            self.lock.acquire()
-        try:
-            self._read()
-        except BaseException:
-            self.lock.release()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.lock.release()
-
-    def _read(self) -> None:
-        """The document as the last run left it, refused when made with other settings."""
-        if not self.path.exists():
-            return
-        try:
-            self.doc = read_json(self.path)
-        except (OSError, ValueError) as err:
-            raise ConfigError(f"{self.path} exists but is not {self.what} JSON ({type(err).__name__}); "
-                              f"{self.change_hint}") from err
-        if self.doc.get("fingerprint") != self.fingerprint:
-            raise ConfigError(f"{self.path} holds {self.what} with other settings ({self.settings}); "
-                              f"{self.change_hint} or delete it")
-        self.doc.setdefault("results", {})
-
-    def save(self, **fields) -> None:
-        """Update the document's top-level fields (`fingerprint` among them, where the caller wants it
-        in the key order) and rewrite it atomically."""
-        self.doc.update(fields)
-        write_json_atomic(self.path, self.doc)

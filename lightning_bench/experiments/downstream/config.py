@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 from jsonargparse.typing import NonNegativeFloat, PositiveInt
 
 from lightning_bench.errors import ConfigError, unknown_name
-from lightning_bench.experiments.core.config import (ContextTokens, Fraction, OpenClosedUnitInterval, Seed,
-                                                     check_unique)
+from lightning_bench.experiments.core.config import (ContextTokens, Fraction, OpenClosedUnitInterval, Renamed,
+                                                     Seed, check_unique)
 from lightning_bench.experiments.core.grid import DENSE, sparsity_key
 from lightning_bench.experiments.generation.config import PretrainedModel
 
@@ -31,7 +31,7 @@ class DownstreamConfig:
     """tasks or groups of `lightning_bench test --task` (summarization, qa, dialogue, code, xsum, ...)"""
     methods: list[str] = field(default_factory=lambda: ["dense", "h2o", "streaming_llm"])
     """KV-cache methods (lightning_bench.sparsity.METHODS); dense runs once per task, protocol and seed"""
-    sparsity: list[Fraction] = field(default_factory=lambda: [0.5])
+    ratios: list[Fraction] = field(default_factory=lambda: [0.5])
     """fractions of the compressed part of the cache evicted, each in [0, 1)"""
     budget_tokens: list[PositiveInt] = field(default_factory=list)
     """fixed token budgets, run beside the sparsity levels (each <= the shortest compressed prompt)"""
@@ -42,6 +42,8 @@ class DownstreamConfig:
     re-compression every --interval decoding steps"""
     interval: PositiveInt = 8
     """decoding steps between re-compressions under the `interval` protocol"""
+    rounding: Literal["ceil", "floor"] = "ceil"
+    """budget = ceil or floor((1 - ratio) * compressed tokens); floor is int(), as kvpress rounds"""
     seeds: list[Seed] = field(default_factory=lambda: [1234])
     """seeds: of sampled decoding (--samples > 1 or --temperature > 0) and of the `random` method"""
     max_samples: Optional[PositiveInt] = 10
@@ -77,7 +79,7 @@ class DownstreamConfig:
     """experiment name: {results_dir}/{name}/ holds the cells, {name}_results.json, {name}_summary.txt"""
     results_dir: str = "benchmark_results/downstream"
     """where the experiment folder is made"""
-    device: str = "auto"
+    accelerator: str = "auto"
     """auto (cuda if available), cpu, cuda, cuda:N"""
     threads: Optional[PositiveInt] = None
     """torch intra-op threads (default: torch's)"""
@@ -85,13 +87,21 @@ class DownstreamConfig:
     """log one W&B run per driver call (a table of the cells and each cell's figures); offline unless logged in"""
     wandb_dir: str = "wandb_logs"
     """where W&B writes its run"""
+    sparsity: Optional[list[Fraction]] = None
+    """deprecated: use --ratios"""
+    device: Optional[str] = None
+    """deprecated: use --accelerator"""
+    seed: Optional[Seed] = None
+    """deprecated: use --seeds"""
+    DEPRECATED: ClassVar[dict] = {"sparsity": Renamed("ratios"), "device": Renamed("accelerator"),
+                                  "seed": Renamed("seeds", lambda seed: [seed])}
 
     def __post_init__(self):
         from lightning_bench.data.tasks.registry import expand_tasks
         from lightning_bench.sparsity import make_method
 
         self.tasks = expand_tasks(self.tasks)  # unknown task or group: one line listing the valid ones
-        for option, values in (("--methods", self.methods), ("--sparsity", self.sparsity),
+        for option, values in (("--methods", self.methods), ("--ratios", self.ratios),
                                ("--budget_tokens", self.budget_tokens), ("--protocols", self.protocols),
                                ("--seeds", self.seeds)):
             check_unique(option, values)
@@ -102,8 +112,8 @@ class DownstreamConfig:
         for method in self.method_params:
             if method not in self.methods:
                 raise ConfigError(f"--method_params.{method} is for {method!r}, which is not in --methods")
-        if any(m != DENSE for m in self.methods) and not (self.sparsity or self.budget_tokens):
-            raise ConfigError("give --sparsity levels or --budget_tokens for the evicting methods")
+        if any(m != DENSE for m in self.methods) and not (self.ratios or self.budget_tokens):
+            raise ConfigError("give --ratios or --budget_tokens for the evicting methods")
         for p in self.protocols:
             if p not in PROTOCOLS:
                 raise unknown_name("protocol", p, PROTOCOLS)
@@ -126,7 +136,7 @@ class DownstreamConfig:
         """("sparsity", s) and ("budget_tokens", n) levels of `method`; dense: only ("sparsity", 0.0)."""
         if method == DENSE:
             return [("sparsity", 0.0)]
-        return [("sparsity", float(s)) for s in self.sparsity] + [("budget_tokens", int(b)) for b in self.budget_tokens]
+        return [("sparsity", float(s)) for s in self.ratios] + [("budget_tokens", int(b)) for b in self.budget_tokens]
 
     def cells(self) -> list["Cell"]:
         """Every cell: tasks outermost (a task's data is tokenized once), then protocol, seed, method, budget."""

@@ -3,18 +3,39 @@
 
 from __future__ import annotations
 
+import argparse
+import copy
 import itertools
+import json
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
+
+import yaml
 
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
-from lightning_bench.errors import ConfigError
-from lightning_bench.experiments.core.config import Fraction, Seed, check_unique
+from lightning_bench.errors import ConfigError, deprecated
+from lightning_bench.experiments.core.config import Fraction, Renamed, Seed, check_unique
 from lightning_bench.experiments.core.grid import sparsity_key, sparsity_levels_for
 
-# the earlier argparse spellings (cli: `--dataset wikitext`, `--method-param h2o.recent_ratio=0.2`)
-RENAMES = {"dataset": "data", "results-dir": "results_dir"}
+FIRST_SEED = 42  # --seeds' default, and where --num_runs N counted from: 42 .. 42+N-1
+
+
+class LegacyMethodParam(argparse.Action):
+    """deprecated: use --method_params.METHOD.KEY VALUE (repeatable)"""
+
+    metavar = "METHOD.KEY=VALUE"
+
+    def __call__(self, parser, namespace, item, option_string=None):
+        key, sep, value = item.partition("=")
+        method, dot, name = key.partition(".")
+        if not (sep and dot and method and name):
+            raise ConfigError(f"--method-param {item!r} must look like METHOD.KEY=VALUE (e.g. h2o.recent_ratio=0.2)")
+        deprecated(option_string, f"--method_params.{method}.{name} {value}")
+        params = copy.deepcopy(namespace.get("method_params") or {})
+        params.setdefault(method, {})[name] = yaml.safe_load(value)
+        target = next(action for action in parser._actions if action.dest == "method_params")
+        target(parser, namespace, json.dumps(params), "--method_params")
 
 
 @dataclass
@@ -36,7 +57,7 @@ class GenerationConfig:
     """the model (--model.pretrained DIR|HUB_ID)"""
     methods: list[str] = field(default_factory=lambda: ["dense", "h2o", "cab"])
     """sparsity methods (lightning_bench.sparsity.METHODS); dense runs at sparsity 0 only"""
-    sparsity: list[Fraction] = field(default_factory=lambda: [0.9])
+    ratios: list[Fraction] = field(default_factory=lambda: [0.9])
     """fractions of the KV cache evicted, each in [0, 1)"""
     context_length: list[PositiveInt] = field(default_factory=lambda: [1024])
     """prefill lengths C (tokens)"""
@@ -44,38 +65,51 @@ class GenerationConfig:
     """N: reference tokens teacher-forced after the prefill"""
     num_samples: PositiveInt = 10
     """windows of C + N tokens drawn per (C, seed)"""
-    seeds: Optional[list[Seed]] = None
-    """sample-selection seeds (default 42; or num_runs N: 42 .. 42+N-1)"""
-    num_runs: Optional[PositiveInt] = None
-    """number of seeds from 42 on (instead of seeds)"""
+    seeds: list[Seed] = field(default_factory=lambda: [FIRST_SEED])
+    """sample-selection seeds: the i-th takes the i-th block of one permutation of the windows"""
     data: str = "wikitext2"
     """a corpus alias (ptb offline; wikitext2, ... from the hub) or NAME=DIR|FILE (a local test split)"""
-    experiment_name: Optional[str] = None
-    """results folder name (default: {model}_{data})"""
+    name: Optional[str] = None
+    """the experiment folder's name under results_dir (default: {model}_{data})"""
     results_dir: str = "benchmark_results/generation"
     """where the experiment folder is made"""
     interval: NonNegativeInt = 1
     """re-compress every INTERVAL decoding steps (0: once, after the prefill)"""
+    rounding: Literal["ceil", "floor"] = "ceil"
+    """budget = ceil or floor((1 - ratio) * tokens in the cache); floor is int(), as kvpress rounds"""
     rerotate: bool = False
     """re-rotate kept keys to contiguous positions"""
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     """{method: {parameter: value}}, e.g. --method_params.h2o.recent_ratio 0.2"""
-    device: str = "auto"
+    accelerator: str = "auto"
     """auto (cuda if available), cpu, cuda, cuda:N"""
     threads: Optional[PositiveInt] = None
     """torch intra-op threads (default: torch's); 1 on a shared CPU steadies the timings"""
+    sparsity: Optional[list[Fraction]] = None
+    """deprecated: use --ratios"""
+    experiment_name: Optional[str] = None
+    """deprecated: use --name"""
+    device: Optional[str] = None
+    """deprecated: use --accelerator"""
+    seed: Optional[Seed] = None
+    """deprecated: use --seeds"""
+    num_runs: Optional[PositiveInt] = None
+    """deprecated: use --seeds (N runs are the seeds 42 .. 42+N-1)"""
+    dataset: Optional[str] = None
+    """deprecated: use --data"""
+    DEPRECATED: ClassVar[dict] = {
+        "sparsity": Renamed("ratios"), "experiment_name": Renamed("name"), "device": Renamed("accelerator"),
+        "seed": Renamed("seeds", lambda seed: [seed]), "dataset": Renamed("data"),
+        "num_runs": Renamed("seeds", lambda n: list(range(FIRST_SEED, FIRST_SEED + n)), " (42 .. 42+N-1)")}
+    LEGACY_OPTIONS: ClassVar[dict] = {("--method-param", "--method_param"): LegacyMethodParam}
 
     def __post_init__(self):
         from lightning_bench.sparsity import make_method
 
-        if self.seeds is not None and self.num_runs is not None:
-            raise ConfigError("give --seeds or --num_runs, not both")
-        if self.seeds is None:
-            self.seeds = list(range(42, 42 + (self.num_runs or 1)))
-        for option, values in (("--methods", self.methods), ("--sparsity", self.sparsity),
+        for option, values in (("--methods", self.methods), ("--ratios", self.ratios),
                                ("--context_length", self.context_length), ("--seeds", self.seeds)):
             check_unique(option, values)
-            if not values and (option != "--sparsity" or set(self.methods) - {"dense"}):  # dense needs no level
+            if not values and (option != "--ratios" or set(self.methods) - {"dense"}):  # dense needs no level
                 raise ConfigError(f"{option} is empty; give at least one value")
         for method, params in self.method_params.items():
             if method not in self.methods:
@@ -87,7 +121,7 @@ class GenerationConfig:
         """Every cell, contexts and seeds outermost; dense once per (context, seed) at sparsity 0.0."""
         return [Cell(method, s, int(ctx), int(seed))
                 for ctx, seed in itertools.product(self.context_length, self.seeds)
-                for method in self.methods for s in sparsity_levels_for(method, self.sparsity)]
+                for method in self.methods for s in sparsity_levels_for(method, self.ratios)]
 
 
 @dataclass(frozen=True)
@@ -106,21 +140,3 @@ class Cell:
     def group(self) -> str:
         """The cell without its seed: what aggregated_results.json pools over seeds."""
         return f"{self.method}_s{sparsity_key(self.sparsity)}_ctx{self.context_length}"
-
-
-def legacy_method_params(argv: list[str]) -> list[str]:
-    """`--method-param h2o.recent_ratio=0.2` (the earlier, repeatable flag) -> `--method_params.h2o.recent_ratio 0.2`."""
-    out, i = [], 0
-    while i < len(argv):
-        if argv[i] in ("--method-param", "--method_param") and i + 1 < len(argv):
-            item = argv[i + 1]
-            key, sep, value = item.partition("=")
-            method, dot, name = key.partition(".")
-            if not (sep and dot and method and name):
-                raise ConfigError(f"--method-param {item!r} must look like METHOD.KEY=VALUE (e.g. h2o.recent_ratio=0.2)")
-            out += [f"--method_params.{method}.{name}", value]
-            i += 2
-        else:
-            out.append(argv[i])
-            i += 1
-    return out

@@ -40,9 +40,28 @@ class ForwardTimer:
             handle.remove()
 
 
+def measure_cell(net, cell, cfg, stream: torch.Tensor, starts: list[int], warmed: set, device: torch.device,
+                 memory: CallPeakMemory):
+    """(the method, one figure dict per window) of one cell (a generation Cell under a GenerationConfig)."""
+    from lightning_bench.sparsity import make_method
+
+    method_params = dict(cfg.method_params.get(cell.method, {}))
+    if cell.method == "random":
+        method_params.setdefault("seed", cell.seed)
+    torch.manual_seed(cell.seed)
+    decode = dict(interval=cfg.interval, rerotate=cfg.rerotate, rounding=cfg.rounding, device=device, memory=memory)
+    if cell.method not in warmed:  # one untimed short call per method: lazy initialisation, thread pools
+        run_sample(net, stream, 0, min(64, cell.context_length), min(4, cfg.continuation_length),
+                   make_method(cell.method, **method_params), cell.sparsity, **decode)
+        warmed.add(cell.method)
+    method = make_method(cell.method, **method_params)
+    return method, [run_sample(net, stream, start, cell.context_length, cfg.continuation_length, method,
+                               cell.sparsity, **decode) for start in starts]
+
+
 def run_sample(net, stream: torch.Tensor, start: int, context_length: int, continuation_length: int,
                method, sparsity: float, interval: int, rerotate: bool, device: torch.device,
-               memory: CallPeakMemory) -> dict:
+               memory: CallPeakMemory, rounding: str = "ceil") -> dict:
     """One window: prefill, compress, teacher-force the reference continuation; its measurements."""
     from lightning_bench.sparsity import generate_with_eviction
 
@@ -51,7 +70,7 @@ def run_sample(net, stream: torch.Tensor, start: int, context_length: int, conti
     kwargs = {"sparsity": sparsity} if method.evicts else {}
     with ForwardTimer(net, device) as timer, memory:
         res = generate_with_eviction(net, ids, None, method, interval=interval, rerotate=rerotate,
-                                     reference_continuation=reference, **kwargs)
+                                     reference_continuation=reference, rounding=rounding, **kwargs)
     n = continuation_length
     nll = res.nll[0].double()
     prefill_s = timer.calls[0]

@@ -9,9 +9,10 @@ from __future__ import annotations
 import itertools
 import math
 
-from lightning_bench.errors import ConfigError
-from lightning_bench.experiments.core.aggregate import describe, paired_ttest
+from lightning_bench.errors import PROG, ConfigError
+from lightning_bench.experiments.core.aggregate import STD_KIND, describe, paired_ttest
 from lightning_bench.experiments.generation.config import Cell
+from lightning_bench.results.io import write_json_atomic
 
 # per-sample metrics, aggregated over seeds and samples
 METRICS = ("nll", "ppl", "decode_tokens_per_s", "tokens_per_s", "seconds", "prefill_seconds", "peak_memory_mb",
@@ -96,3 +97,28 @@ def print_table(aggregated: dict) -> None:
               f"{m['nll']['mean']:>9.4f} +- {std if std is not None else float('nan'):.3f}"
               f"{m['decode_tokens_per_s']['mean'] or float('nan'):>14.1f}{m['avg_cache_length']['mean']:>8.0f}"
               f"{m['kv_bytes_peak']['mean'] / 2**20:>9.2f}")
+
+
+def write_summaries(store, config: dict, data: dict, memory_kind: str, meta: dict) -> None:
+    """aggregated_results.json and significance_tests.json from every cell file of the folder, and the table;
+    a folder holding cells of another model or data is refused rather than pooled."""
+    records = store.records()
+    for record in records:
+        protocol = record.get("protocol", {})
+        if protocol.get("data_sha256") != data["sha256"] or protocol.get("model") != config["model"]:
+            raise ConfigError(f"{store.folder} holds cells of another model or data ({record['method']} "
+                              f"s{record['sparsity']} ctx{record['context_length']} seed{record['seed']}); "
+                              "use another --name")
+    aggregated = aggregate(records)
+    write_json_atomic(store.folder / "aggregated_results.json",
+                      {"results": aggregated,
+                       "statistics": "mean, std, min, max over every sample (a distinct window) of every seed",
+                       "std_kind": STD_KIND, "memory_kind": memory_kind, "config": config, "meta": meta})
+    write_json_atomic(store.folder / "significance_tests.json",
+                      {"test": "scipy.stats.ttest_rel, two-sided, paired by window (its start offset)",
+                       "unit": "window of C + N tokens, drawn once across all seeds (n = windows per test)",
+                       "metric": "per-sample mean NLL of the continuation (nats/token)",
+                       "mean_difference": "mean(a - b): negative = a is better", "correction": None,
+                       "tests": significance(records), "config": config, "meta": meta})
+    print(f"{PROG} generation: wrote {store.folder}/aggregated_results.json and significance_tests.json")
+    print_table(aggregated)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import importlib
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, ClassVar, Literal, Optional
 
 from jsonargparse.typing import PositiveInt
 
-from lightning_bench.errors import ConfigError, unknown_name
-from lightning_bench.experiments.core.config import Fraction, Seed, check_name, check_unique
+from lightning_bench.errors import ConfigError, deprecated, unknown_name
+from lightning_bench.experiments.core.config import Fraction, Renamed, Seed, check_name, check_unique
 from lightning_bench.experiments.core.grid import sparsity_key, sparsity_levels_for
 from lightning_bench.experiments.core.store import fingerprint
 from lightning_bench.models import LanguageModule
@@ -22,29 +22,51 @@ DATA_SWEEP_KEYS = ("split", "max_tokens")  # the sweep's own per-dataset keys (t
 DATA_SET_PER_CELL = ("seq_len", "batch_size", "eval_batch_size", "name")
 
 
+def _renamed(group: str, old: str, new: str, old_value, new_value):
+    """A nested group's deprecated field (the top-level ones are core.config's DEPRECATED): the new one's value."""
+    if old_value is None:
+        return new_value
+    if new_value is not None:
+        raise ConfigError(f"give {group}.{new} or {group}.{old}, not both")
+    deprecated(f"{group}.{old}", f"{group}.{new}")
+    return old_value
+
+
 @dataclass
 class SparsitySweep:
+    """Both spellings stay filled after the check: records and reports read `sparsity_levels` too."""
+
     context_length: PositiveInt
-    """the context length (tokens per window) every sparsity level is measured at"""
-    sparsity_levels: list[Fraction]
+    """the context length (tokens per window) every ratio is measured at"""
+    ratios: Optional[list[Fraction]] = None
     """fractions of the KV cache evicted, each in [0, 1)"""
+    sparsity_levels: Optional[list[Fraction]] = None
+    """deprecated: use ratios"""
 
     def __post_init__(self):
-        if not self.sparsity_levels:
-            raise ConfigError("sparsity_sweep.sparsity_levels must be a non-empty list of ratios in [0, 1)")
-        self.sparsity_levels = [float(s) for s in self.sparsity_levels]
-        check_unique("sparsity_sweep.sparsity_levels", self.sparsity_levels, "level")
+        ratios = _renamed("sparsity_sweep", "sparsity_levels", "ratios", self.sparsity_levels, self.ratios)
+        if not ratios:
+            raise ConfigError("sparsity_sweep.ratios must be a non-empty list of ratios in [0, 1)")
+        self.ratios = self.sparsity_levels = [float(s) for s in ratios]
+        check_unique("sparsity_sweep.ratios", self.ratios, "ratio")
 
 
 @dataclass
 class ContextLengthSweep:
-    sparsity: Fraction
-    """the sparsity every context length is measured at (dense: 0)"""
+    """Both spellings stay filled after the check: records and reports read `sparsity` too."""
+
     context_lengths: list[PositiveInt]
     """context lengths (tokens per window)"""
+    ratio: Optional[Fraction] = None
+    """the fraction of the KV cache evicted at every context length (dense: 0)"""
+    sparsity: Optional[Fraction] = None
+    """deprecated: use ratio"""
 
     def __post_init__(self):
-        self.sparsity = float(self.sparsity)
+        ratio = _renamed("context_length_sweep", "sparsity", "ratio", self.sparsity, self.ratio)
+        if ratio is None:
+            raise ConfigError("context_length_sweep.ratio is missing: the fraction of the cache evicted")
+        self.ratio = self.sparsity = float(ratio)
         if not self.context_lengths:
             raise ConfigError("context_length_sweep.context_lengths must be a non-empty list of token counts")
         check_unique("context_length_sweep.context_lengths", self.context_lengths, "length")
@@ -74,9 +96,14 @@ class Cell:
     dataset: str
     method: str
     sweep: str  # "sparsity_sweep" | "context_length_sweep"
-    key: str  # the sweep's key: the sparsity ("0.9") or the context length ("512")
+    point: str  # the cell's key in its sweep: the ratio ("0.9") or the context length ("512")
     context_length: int
     sparsity: float
+
+    @property
+    def key(self) -> str:
+        """Unique in the grid (a point is unique within its sweep only)."""
+        return f"{self.dataset}/{self.method}/{self.sweep}/{self.point}"
 
     @property
     def label(self) -> str:
@@ -96,10 +123,12 @@ class SweepConfig:
     """sparsity methods (lightning_bench.sparsity.METHODS); dense runs at sparsity 0 only"""
     name: Optional[str] = None
     """the sweep's name (default: the config file's name)"""
+    results_dir: str = "benchmark_results/perplexity"
+    """where the sweep's JSON ({name}.json) is written"""
     output: Optional[str] = None
-    """the JSON to write (default: benchmark_results/perplexity/{name}.json)"""
-    seed: Seed = 1234
-    """torch seed before the model is built (models from a config start from seeded random weights)"""
+    """the JSON to write, when not {results_dir}/{name}.json"""
+    seeds: list[Seed] = field(default_factory=lambda: [1234])
+    """ONE torch seed, set before the model is built (models from a config start from seeded random weights)"""
     accelerator: str = "auto"
     """Lightning accelerator of every cell's Trainer"""
     eval_batch_size: PositiveInt = 1
@@ -112,6 +141,9 @@ class SweepConfig:
     """perplexity at each context length, at one sparsity"""
     streaming: Streaming = field(default_factory=Streaming)
     """how each window is read on the compressed cache"""
+    seed: Optional[Seed] = None
+    """deprecated: use seeds"""
+    DEPRECATED: ClassVar[dict] = {"seed": Renamed("seeds", lambda seed: [seed])}
 
     def __post_init__(self):
         from lightning_bench.sparsity.methods import METHODS
@@ -126,6 +158,9 @@ class SweepConfig:
         for method in self.methods:
             check_streaming_args(method, None if method == "dense" else 0.5, None, self.streaming.chunk_size,
                                  self.streaming.interval, self.method_params.get(method) or {})
+        if len(self.seeds) != 1:
+            raise ConfigError(f"seeds: a sweep file is measured under one seed, got {len(self.seeds)}; run one "
+                              "sweep per seed (--seeds [S] --name NAME_S)")
         if self.sparsity_sweep is None and self.context_length_sweep is None:
             raise ConfigError("nothing to run: give sparsity_sweep and/or context_length_sweep")
         self.data = {name: self._dataset(name, spec) for name, spec in self.datasets.items()}
@@ -169,16 +204,16 @@ class SweepConfig:
                 if self.sparsity_sweep:
                     length = self.sparsity_sweep.context_length
                     out += [Cell(data, method, "sparsity_sweep", sparsity_key(s), length, s)
-                            for s in sparsity_levels_for(method, self.sparsity_sweep.sparsity_levels)]
+                            for s in sparsity_levels_for(method, self.sparsity_sweep.ratios)]
                 if self.context_length_sweep:
-                    s = sparsity_levels_for(method, [self.context_length_sweep.sparsity])[0]
+                    s = sparsity_levels_for(method, [self.context_length_sweep.ratio])[0]
                     out += [Cell(data, method, "context_length_sweep", str(length), length, s)
                             for length in self.context_length_sweep.context_lengths]
         return out
 
     def grid(self) -> dict:
         return {"datasets": list(self.data), "methods": self.methods,
-                "sparsity_levels": self.sparsity_sweep.sparsity_levels if self.sparsity_sweep else None,
+                "sparsity_levels": self.sparsity_sweep.ratios if self.sparsity_sweep else None,
                 "context_lengths": self.context_length_sweep.context_lengths if self.context_length_sweep else None}
 
     def resolved_params(self, method: str) -> dict:
@@ -192,7 +227,8 @@ class SweepConfig:
 def settings_fingerprint(resolved: dict) -> str:
     """The settings every cell depends on. Per-dataset specs and per-method parameters are checked one
     by one (sweep.store), so datasets and methods can be added to a finished sweep."""
-    return fingerprint({key: resolved[key] for key in ("model", "streaming", "seed", "eval_batch_size")})
+    return fingerprint({"model": resolved["model"], "streaming": resolved["streaming"], "seed": resolved["seeds"][0],
+                        "eval_batch_size": resolved["eval_batch_size"]})
 
 
 def check_has_kv_cache(model: dict) -> None:

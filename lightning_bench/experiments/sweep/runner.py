@@ -56,7 +56,7 @@ class CellRunner:
         if self.module is None:
             import torch
 
-            torch.manual_seed(self.cfg.seed)  # models built from a config start from seeded random weights
+            torch.manual_seed(self.cfg.seeds[0])  # models built from a config start from seeded random weights
             self.module = self.cfg.model()
         return self.module
 

@@ -3,9 +3,8 @@
     {"results": {dataset: {method: {"context_length_sweep": {L: cell}, "sparsity_sweep": {s: cell}}}},
      "config", "grid", "fingerprint", "dataset_specs", "cells_done", "cells_total", "complete", "meta"}
 
-kept in a `core.store.CellDocument`: rewritten atomically after every cell, held by one run at a time
-(a second run into the same --output waits, then skips the cells the first made), refused when made
-with other settings (fingerprint), a changed dataset spec, other method parameters or changed data text.
+kept in a `CellDocument`, the document layout of the runner's store (core/store.py): rewritten
+atomically after every cell, held by one run at a time, refused when made with other settings.
 """
 
 from __future__ import annotations
@@ -14,13 +13,92 @@ import copy
 import json
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
-from lightning_bench.errors import ConfigError
-from lightning_bench.experiments.core.store import CellDocument
+from filelock import FileLock, Timeout
+
+from lightning_bench.errors import PROG, ConfigError
+from lightning_bench.results.io import read_json, write_json_atomic
 from lightning_bench.experiments.sweep.config import SWEEPS, Cell
 
-CHANGE_HINT = "use another --output"
+CHANGE_HINT = "use another --name or --output"
+
+
+class CellDocument:
+    """Every cell in ONE JSON document with a `fingerprint` of the settings all cells depend on. Used as a
+    context manager: the document is read, and held against other runs, inside `with` (rewritten whole,
+    so one run at a time; a second waits, then finds the first's cells done). Inside, it is the runner's
+    store: a cell deleted from the document is computed again, one measured with other method parameters
+    refused, and `on_write` rewrites the document after each cell."""
+
+    def __init__(self, path: str | Path, settings_fingerprint: str, what: str, settings: str, change_hint: str):
+        self.file, self.fingerprint, self.change_hint = Path(path), settings_fingerprint, change_hint
+        self.what, self.settings = what, settings  # how refusals name the document and its settings
+        self.doc: dict = {"results": {}}
+        self.file_lock = FileLock(self.file.with_name(f".{self.file.name}.lock"))
+        self.on_write: Callable[[], None] = lambda: None
+
+    def __enter__(self) -> "CellDocument":
+        self.file.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.file_lock.acquire(timeout=0)
+        except Timeout:
+            print(f"{PROG}: another run is writing {self.file}; waiting for it to end (its cells are then reused)",
+                  flush=True)
+            self.file_lock.acquire()
+        try:
+            self._read()
+        except BaseException:
+            self.file_lock.release()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.file_lock.release()
+
+    def _read(self) -> None:
+        """The document as the last run left it, refused when made with other settings."""
+        if not self.file.exists():
+            return
+        try:
+            self.doc = read_json(self.file)
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"{self.file} exists but is not {self.what} JSON ({type(err).__name__}); "
+                              f"{self.change_hint}") from err
+        if self.doc.get("fingerprint") != self.fingerprint:
+            raise ConfigError(f"{self.file} holds {self.what} with other settings ({self.settings}); "
+                              f"{self.change_hint} or delete it")
+        self.doc.setdefault("results", {})
+
+    def save(self, **fields) -> None:
+        """Update the document's top-level fields (`fingerprint` among them, where the caller wants it
+        in the key order) and rewrite it atomically."""
+        self.doc.update(fields)
+        write_json_atomic(self.file, self.doc)
+
+    # the runner's store
+    def path(self, cell: Cell) -> Path:
+        return self.file
+
+    def read(self, cell: Cell, settings: dict) -> Optional[dict]:
+        found = finished(self.doc, cell)
+        if found is not None and found.get("method_params") != settings["method_params"]:
+            raise ConfigError(f"{self.file} measured {cell.method} with parameters {found.get('method_params')}, "
+                              f"the config now gives {settings['method_params']}; {CHANGE_HINT}")
+        return found
+
+    def write(self, cell: Cell, settings: dict, figures: dict) -> None:
+        method = self.doc["results"].setdefault(cell.dataset, {}).setdefault(cell.method, {})
+        for sweep in SWEEPS:
+            method.setdefault(sweep, {})
+        method[cell.sweep][cell.point] = figures
+        self.on_write()
+
+    def lock(self, name: str) -> FileLock:
+        return self.file_lock  # held by this run already (FileLock counts re-entries): never waits
+
+    def clear_progress(self, group: str) -> None:
+        pass  # a sweep cell is one evaluation: nothing to resume inside it
 
 
 @contextmanager
@@ -38,15 +116,8 @@ def open_results(output: Path, settings_fingerprint: str, specs: dict) -> Iterat
 
 
 def finished(doc: dict, cell: Cell) -> Optional[dict]:
-    found = doc["results"].get(cell.dataset, {}).get(cell.method, {}).get(cell.sweep, {}).get(cell.key)
+    found = doc["results"].get(cell.dataset, {}).get(cell.method, {}).get(cell.sweep, {}).get(cell.point)
     return found if isinstance(found, dict) and "perplexity" in found else None
-
-
-def refuse_other_params(doc: dict, cell: Cell, params: dict, output: Path) -> None:
-    found = finished(doc, cell)
-    if found is not None and found.get("method_params") != params:
-        raise ConfigError(f"{output} measured {cell.method} with parameters {found.get('method_params')}, "
-                          f"the config now gives {params}; {CHANGE_HINT}")
 
 
 def twin(doc: dict, cell: Cell, params: dict) -> Optional[tuple[str, dict]]:
@@ -62,13 +133,6 @@ def twin(doc: dict, cell: Cell, params: dict) -> Optional[tuple[str, dict]]:
                     and found.get("method_params") == params):
                 return f"{sweep}/{key}", copy.deepcopy(found)
     return None
-
-
-def put(doc: dict, cell: Cell, figures: dict) -> None:
-    method = doc["results"].setdefault(cell.dataset, {}).setdefault(cell.method, {})
-    for sweep in SWEEPS:
-        method.setdefault(sweep, {})
-    method[cell.sweep][cell.key] = figures
 
 
 def refuse_changed_text(doc: dict, dataset: str, provenance: dict, output: Path) -> None:

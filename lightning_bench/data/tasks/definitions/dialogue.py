@@ -12,6 +12,19 @@ from __future__ import annotations
 
 from lightning_bench.data.tasks.definition import Benchmark, GenerationSettings, Source, Splits, TaskDefinition
 
+# TRADE's ALL_SLOTS: the five domains evaluated on MultiWOZ 2.1 (hospital, police and bus are left out),
+# each slot that has a value somewhere in the data (train "book ticket" never does). The prompt lists them and
+# they are what is scored (evaluation/dst_metrics.py).
+MULTIWOZ21_SLOTS = (
+    "attraction-area", "attraction-name", "attraction-type",
+    "hotel-area", "hotel-book day", "hotel-book people", "hotel-book stay", "hotel-internet", "hotel-name",
+    "hotel-parking", "hotel-pricerange", "hotel-stars", "hotel-type",
+    "restaurant-area", "restaurant-book day", "restaurant-book people", "restaurant-book time",
+    "restaurant-food", "restaurant-name", "restaurant-pricerange",
+    "taxi-arriveby", "taxi-departure", "taxi-destination", "taxi-leaveat",
+    "train-arriveby", "train-book people", "train-day", "train-departure", "train-destination", "train-leaveat",
+)
+
 
 def history_text(r: dict) -> str:
     return "\n".join(f"{'User' if t['speaker'] == 'user' else 'System'}: {t['text']}" for t in r["history"])
@@ -23,8 +36,6 @@ def state_text(state: dict) -> str:
 
 
 def dst_prompt(r: dict) -> tuple:
-    from lightning_bench.evaluation.dst_metrics import MULTIWOZ21_SLOTS  # the slots that are scored
-
     # the dialogue first, the instruction last (the part an instruction-tuned model reads last is what it
     # does), with the answer's format shown by an example
     instruction = ("List the dialogue state: every slot the user has specified so far, as domain-slot=value pairs "

@@ -1,0 +1,183 @@
+"""Downstream requests encoded for a causal LM: the data preparation of prompted scoring (the scoring
+itself is evaluation/prompted.py, which imports this; data never imports evaluation's scoring).
+
+Tokenisation follows lm-evaluation-harness: the continuation tokens are those of
+encode(context + continuation) after the longest common prefix with encode(context), so a token that
+merges across the boundary is scored as part of the continuation. No BOS is added to a non-empty
+context (lm-eval's rule for loglikelihood requests). Too-long rows lose tokens from the left; a
+generation prompt with a document loses the document's middle (`fit_document`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+from lightning_bench.errors import ConfigError
+from lightning_bench.data.windows import IGNORE_INDEX
+
+REQUEST_KINDS = ("loglikelihood", "next_token", "generate")  # the batches prompted scoring reads
+
+
+@dataclass
+class EncodedRequest:
+    """One request of one example, ready to batch. `request_id` indexes the DataModule's request list."""
+
+    kind: str  # loglikelihood | next_token | generate
+    request_id: int
+    tokens: list[int]  # the model input (context + continuation minus its last token, or the prompt)
+    scored_from: int = 0  # loglikelihood: first position whose label is scored
+    targets: list[int] = field(default_factory=list)  # loglikelihood: continuation tokens (the labels)
+    choice_index: int = 0  # loglikelihood: which choice this row scores
+    choice_tokens: list[int] = field(default_factory=list)  # next_token: one token per choice
+    truncated: int = 0  # tokens cut from the left to fit max_length
+
+
+def split_continuation(tokenizer, context: str, continuation: str) -> tuple[list[int], list[int]]:
+    whole = tokenizer.encode(context + continuation)
+    ctx = tokenizer.encode(context)
+    common = 0
+    for a, b in zip(ctx, whole):
+        if a != b:
+            break
+        common += 1
+    if common == len(whole):  # the continuation added nothing of its own: score at least one token
+        common -= 1
+    return whole[:common], whole[common:]
+
+
+def encode_multiple_choice(tokenizer, request_id: int, context: str, choices, max_length: int) -> list[EncodedRequest]:
+    pairs = [split_continuation(tokenizer, context, c) for c in choices]
+    same_context = all(ctx == pairs[0][0] for ctx, _ in pairs)
+    single = all(len(cont) == 1 for _, cont in pairs)
+    if same_context and single and len({cont[0] for _, cont in pairs}) == len(pairs) and pairs[0][0]:
+        ctx = pairs[0][0]
+        cut = max(0, len(ctx) - max_length)
+        return [EncodedRequest("next_token", request_id, ctx[cut:], choice_tokens=[c[0] for _, c in pairs],
+                               truncated=cut)]
+    rows = []
+    for index, (ctx, cont) in enumerate(pairs):
+        whole = ctx + cont
+        if len(cont) >= max_length:
+            raise ConfigError(f"a continuation of {len(cont)} tokens does not fit --data.max_length {max_length}; "
+                              "raise it")
+        cut = max(0, len(whole) - 1 - max_length)
+        tokens = whole[cut:-1]
+        rows.append(EncodedRequest("loglikelihood", request_id, tokens, scored_from=len(tokens) - len(cont),
+                                   targets=cont, choice_index=index, truncated=cut))
+    return rows
+
+
+def encode_generation(tokenizer, request_id: int, context: str, max_length: int, max_new_tokens: int,
+                      document: Optional[str] = None, label: str = "", cut_left: bool = True) -> EncodedRequest:
+    """The prompt's tokens, fitted into max_length - max_new_tokens: a `document` (a part of `context`)
+    loses tokens from its middle (`cut_document_middle`); another prompt loses tokens from the left
+    (k-shot contexts, code before the line to complete) or, with cut_left=False (an instruction and a
+    question), is an error."""
+    room = max_length - max_new_tokens
+    if room < 8:
+        raise ConfigError(f"--data.max_length {max_length} leaves no room for a prompt after --data.max_new_tokens "
+                          f"{max_new_tokens}; raise max_length or lower max_new_tokens")
+    tokens = tokenizer.encode(context)
+    if len(tokens) <= room:
+        return EncodedRequest("generate", request_id, tokens)
+    if document is None:
+        if not cut_left:
+            raise ConfigError(f"{label or 'a prompt'}: {len(tokens)} tokens do not fit --data.max_length minus "
+                              f"--data.max_new_tokens ({room}) and it has no document to shorten; raise max_length")
+        cut = len(tokens) - room
+        return EncodedRequest("generate", request_id, tokens[cut:], truncated=cut)
+    tokens, cut = cut_document_middle(tokenizer, context, document, room, label)
+    return EncodedRequest("generate", request_id, tokens, truncated=cut)
+
+
+def cut_document_middle(tokenizer, context: str, document: str, room: int, label: str = "") -> tuple[list[int], int]:
+    """(tokens of `context` with the middle of `document` removed so that it fits `room` tokens, document
+    tokens removed); see `fit_document`."""
+    short_context, _, cut = fit_document(tokenizer, context, document, room, label)
+    return tokenizer.encode(short_context), cut
+
+
+def fit_document(tokenizer, context: str, document: str, room: int, label: str = "") -> tuple[str, str, int]:
+    """(`context` with the middle of `document` removed so that it encodes to at most `room` tokens, the
+    shortened document, document tokens removed). The kept head and tail of the document are joined
+    directly, as LongBench truncates; the text is re-encoded whole, so the tokens are the tokenizer's own
+    for the text shown. The instruction and question around the document are never cut: a prompt that
+    does not fit without its document is an error."""
+    start = context.rindex(document)  # the query's own document comes last (after any k-shot examples)
+    head, tail = context[:start], context[start + len(document):]
+    doc = tokenizer.encode(document)
+    keep = len(doc) - (len(tokenizer.encode(context)) - room)
+    if keep >= len(doc):
+        return context, document, 0
+    while True:
+        if keep <= 0:
+            bare = len(tokenizer.encode(head + tail))
+            raise ConfigError(f"{label or 'a prompt'}: {bare} tokens without its document do not fit --data.max_length "
+                              f"minus --data.max_new_tokens ({room}); raise max_length or lower max_new_tokens")
+        first = keep // 2
+        short = tokenizer.decode(doc[:first]) + tokenizer.decode(doc[len(doc) - (keep - first):])
+        if len(tokenizer.encode(head + short + tail)) <= room:
+            return head + short + tail, short, len(doc) - keep
+        keep -= len(tokenizer.encode(head + short + tail)) - room  # re-encoding across the joint can add a token or two
+
+
+def split_prompt(tokenizer, prompt: str, document: Optional[str], room: int, label: str = "") -> tuple[list[int], list[int], int]:
+    """(context tokens, question tokens, document tokens removed) of a rendered generation prompt, for the
+    compression protocols that need the split: the context runs to the end of the (middle-cut) document,
+    the question is the rest (question, answer cue, the chat template's assistant turn); without a
+    document the whole prompt is context. The prompt is encoded whole, exactly as `encode_generation`
+    encodes it, and split between tokens at the document's end (a token straddling it goes with the
+    question), so every protocol and `lightning_bench test` feed the same tokens. Over `room`, the
+    document loses its middle (never the question)."""
+    if document is None:
+        tokens = tokenizer.encode(prompt)
+        if len(tokens) > room:
+            raise ConfigError(f"{label or 'a prompt'}: {len(tokens)} tokens do not fit --max_length minus "
+                              f"--max_new_tokens ({room}) and it has no document to shorten; raise max_length")
+        return tokens, [], 0
+    short_prompt, short_doc, cut = fit_document(tokenizer, prompt, document, room, label)
+    end = short_prompt.rindex(short_doc) + len(short_doc)
+    tok = getattr(tokenizer, "tok", None)
+    if getattr(tok, "is_fast", False):
+        enc = tok(short_prompt, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+        ids = list(enc["input_ids"])
+        if ids != tokenizer.encode(short_prompt):  # the same call `encode` makes; anything else would be a bug
+            raise RuntimeError(f"{label}: offsets encoding differs from the tokenizer's encode")
+        k = sum(1 for _, stop in enc["offset_mapping"] if stop <= end)
+        return ids[:k], ids[k:], cut
+    # a tokenizer without offsets (word-level): the two parts encoded on their own
+    context, question = tokenizer.encode(short_prompt[:end]), tokenizer.encode(short_prompt[end:])
+    if len(context) + len(question) > room:
+        raise ConfigError(f"{label or 'a prompt'}: split into context and question it needs "
+                          f"{len(context) + len(question)} tokens, more than {room}; raise max_length")
+    return context, question, cut
+
+
+def collate(rows: list[EncodedRequest], pad_id: int) -> dict:
+    """A homogeneous batch, right-padded (causal models: padding after a row cannot change it)."""
+    kind = rows[0].kind
+    width = max(len(r.tokens) for r in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
+    for i, r in enumerate(rows):
+        input_ids[i, :len(r.tokens)] = torch.tensor(r.tokens)
+        if kind == "loglikelihood":
+            labels[i, r.scored_from:len(r.tokens)] = torch.tensor(r.targets)
+        else:
+            # the last position is the scored one (also what SparsityCallback counts as scored)
+            labels[i, len(r.tokens) - 1] = r.choice_tokens[0] if r.choice_tokens else 0
+    batch = {"kind": kind, "input_ids": input_ids, "labels": labels,
+             "request_id": torch.tensor([r.request_id for r in rows]),
+             "choice_index": torch.tensor([r.choice_index for r in rows])}
+    if kind == "next_token":
+        batch["choice_tokens"] = [r.choice_tokens for r in rows]
+    return batch
+
+
+def stop_token_ids(tokenizer, stop: str) -> set[int]:
+    """Ids whose text contains `stop` (a newline can hide inside a merged token such as ".\\n\\n")."""
+    vocab_size = tokenizer.vocab_size
+    return {i for i in range(vocab_size) if stop in tokenizer.decode([i])}

@@ -1,0 +1,117 @@
+"""Decoding one downstream group: the cells of a task, protocol and seed share each example's prefill
+(sparsity/task_decode.prefill_prompt) and continue a copy of it with their own method and budget
+(continue_prompt); their records are scored as `lightning_bench test --task` scores them."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from lightning_bench.errors import PROG
+from lightning_bench.experiments.core.grid import draw_seed
+from lightning_bench.experiments.core.store import Progress
+from lightning_bench.experiments.downstream.prompts import TaskPrompts
+from lightning_bench.experiments.downstream.scoring import per_example, predictions, primary_metric, score_cell
+
+def _sample_row(sample, pred: dict, draws: list, peak_mb: float) -> dict:
+    first = draws[0]
+    return {"id": sample.request.row.get("id"), **pred, "answers": list(sample.request.request.answers),
+            "context_tokens": first.context_tokens, "question_tokens": first.question_tokens,
+            "truncated_tokens": sample.truncated,
+            "original_prompt_tokens": first.context_tokens + first.question_tokens + sample.truncated,
+            "compressed_tokens": first.compressed_tokens,
+            "kept_tokens": first.kept_tokens, "cache_length_final": first.cache_length_final,
+            "kv_bytes_peak": max(d.kv_bytes_peak for d in draws),
+            "dense_kv_bytes_peak": max(d.dense_kv_bytes_peak for d in draws),
+            "compressions": first.compressions, "stopped": first.stopped,
+            "decoded_tokens": sum(max(0, len(d.tokens) - 1) for d in draws),  # after each prefill's first
+            "prefill_seconds": sum(d.prefill_seconds for d in draws),
+            "decode_seconds": sum(d.decode_seconds for d in draws), "peak_memory_mb": peak_mb}
+
+
+def _cell_record(cell, pairs: list, rows: list, method_record: dict, memory) -> dict:
+    metrics, per_sample = score_cell(cell.task, pairs)
+    for row, scores in zip(rows, per_sample):
+        row["scores"] = scores
+    decode_tokens = sum(r["decoded_tokens"] for r in rows)
+    decode_s = sum(r["decode_seconds"] for r in rows)
+    kept = sum(r["kept_tokens"] for r in rows) / max(1, sum(r["compressed_tokens"] for r in rows))
+    return {"task": cell.task, "method": cell.method, "budget_kind": cell.budget_kind, "level": cell.level,
+            "compression_protocol": cell.protocol, "seed": cell.seed, "method_params": method_record,
+            "primary_metric": primary_metric(cell.task), "metrics": metrics,
+            "primary_per_example": per_example(cell.task, per_sample),
+            "cache": {"kept_fraction_of_compressed": kept,
+                      "kv_bytes_peak_mean": sum(r["kv_bytes_peak"] for r in rows) / len(rows),
+                      "dense_kv_bytes_peak_mean": sum(r["dense_kv_bytes_peak"] for r in rows) / len(rows),
+                      "cache_length_final_mean": sum(r["cache_length_final"] for r in rows) / len(rows)},
+            "timing": {"prefill_seconds": sum(r["prefill_seconds"] for r in rows), "decode_seconds": decode_s,
+                       "decode_tokens_per_s": decode_tokens / decode_s if decode_s > 0 else None,
+                       "peak_memory_mb": max(r["peak_memory_mb"] for r in rows), "memory_kind": memory.kind,
+                       "prefill": "one dense prefill per example, shared by the cells of its task, protocol and "
+                                  "seed; each cell's prefill_seconds counts it whole plus its own compression"},
+            "num_examples": len(rows), "samples": rows}
+
+
+def run_group(net, group: list, cfg, prompts: TaskPrompts, tokenizer, params_of, memory,
+              progress: Optional[Progress] = None) -> list[dict]:
+    """The cells of one task, protocol and seed, scored as `test --task` scores them.
+
+    Every example is prefilled ONCE (sparsity/task_decode.prefill_prompt, recording the statistics of
+    every method of the group) and continued by each cell's method and budget on a copy of it: the
+    prefill does not depend on the method, and the tokens are those of separate runs
+    (tests/test_task_decode.py), while a long context is prefilled once instead of once per cell.
+    With `progress`, each example's rows are saved as it ends and a stopped group resumes after them."""
+    from lightning_bench.sparsity.task_decode import continue_prompt, prefill_prompt
+
+    head = group[0]
+    protocol = "query_aware" if head.protocol == "interval" else head.protocol
+    interval = cfg.interval if head.protocol == "interval" else 0
+    sampling = prompts.sampling
+    device = next(net.parameters()).device
+    methods = list(dict.fromkeys(cell.method for cell in group))
+    method_params = {cell.method: params_of(cell) for cell in group}
+    pairs = {cell.key: [] for cell in group}
+    rows = {cell.key: [] for cell in group}
+    described = {}
+    saved = progress.load() if progress is not None else None
+    if saved is not None:  # rows of the examples a stopped run finished
+        for key, cell_saved in saved["cells"].items():
+            rows[key], described[key] = cell_saved["rows"], cell_saved["method"]
+            pairs[key] = [(prompts.samples[i].request, pred) for i, pred in enumerate(cell_saved["predictions"])]
+        print(f"{PROG} downstream: {head.task} / {head.protocol} / seed {head.seed}: resuming after example "
+              f"{saved['examples']} of {len(prompts.samples)} ({progress.path})", flush=True)
+    for index, sample in enumerate(prompts.samples):
+        if saved is not None and index < saved["examples"]:
+            continue
+        with memory:
+            shared = prefill_prompt(net, torch.tensor([sample.context_ids], device=device),
+                                    torch.tensor([sample.question_ids], device=device) if sample.question_ids else None,
+                                    protocol, methods, method_params=method_params)
+        prefill_peak = memory.peak_mb
+        for cell in group:
+            draws, texts = [], []
+            with memory:
+                for draw in range(sampling["samples"]):
+                    gen = None
+                    if sampling["temperature"] > 0:  # each draw its own generator: reruns and resumes draw the same
+                        gen = torch.Generator(device="cpu").manual_seed(draw_seed(cell.seed, index, draw))
+                    out = continue_prompt(
+                        net, shared, cell.method, sparsity=cell.sparsity, budget_tokens=cell.budget_tokens,
+                        interval=interval, max_new_tokens=sample.max_new_tokens, stop_ids=prompts.stop_ids,
+                        stop_strings=prompts.stop_strings, tokenizer=tokenizer, temperature=sampling["temperature"],
+                        top_p=sampling["top_p"], generator=gen, method_params=method_params[cell.method],
+                        rounding=cfg.rounding)
+                    new = out.tokens[:-1] if out.tokens and out.tokens[-1] in prompts.stop_ids else out.tokens
+                    draws.append(out)
+                    texts.append(tokenizer.decode(new))
+            described[cell.key] = draws[0].method
+            pred = predictions(sample.request, texts, draws[0].tokens)
+            pairs[cell.key].append((sample.request, pred))
+            rows[cell.key].append(_sample_row(sample, pred, draws, max(prefill_peak, memory.peak_mb)))
+        del shared
+        if progress is not None:
+            progress.save(index + 1, {key: {"rows": rows[key], "predictions": [pred for _, pred in pairs[key]],
+                                            "method": described.get(key, {})} for key in pairs})
+    return [_cell_record(cell, pairs[cell.key], rows[cell.key], described.get(cell.key, {}), memory)
+            for cell in group]
