@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lightning_bench.sparsity.decode import cache_argument  # noqa: E402
+from lightning_bench.sparsity.engine import cache_argument  # noqa: E402
 from lightning_bench.sparsity.growing_layer import growing_cache  # noqa: E402
 
 DEFAULT_MODEL = os.environ.get("LB_SMOLLM2_DIR", str(Path.home() / ".cache/lightning_bench/smollm2-135m-instruct"))

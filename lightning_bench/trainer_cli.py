@@ -565,13 +565,32 @@ def remove_empty_log_dirs(trainer) -> None:
                 break
 
 
-def run_cli(argv: list[str]) -> LightningBenchCLI:
+class ParsedOnly(LightningBenchCLI):
+    """The command parsed (aliases, `--task` protocol settled) and nothing checked on disk, built or run."""
+
+    def before_instantiate_classes(self) -> None:
+        pass
+
+    def instantiate_classes(self) -> None:
+        pass
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        pass
+
+
+def parsed_config(argv: list[str]):
+    """The configuration `argv` (a fit/validate/test/predict command) parses to, for a caller that needs
+    only the settings (a record's name, a test of the parsing), without building the model or the data."""
+    return run_cli(argv, cli_class=ParsedOnly).config[argv[0]]
+
+
+def run_cli(argv: list[str], cli_class: type = LightningBenchCLI) -> LightningBenchCLI:
     """One fit/validate/test/predict, in-process, parsed from `argv` as typed (sys.argv is not read)."""
     quiet_lightning()
     argv = list(argv)
     check_yaml_files(argv)
     with recorded_command(argv):  # the records name this command (an experiment runs several per process)
-        return LightningBenchCLI(
+        return cli_class(
             argv, model_class=None, datamodule_class=None, subclass_mode_model=True, subclass_mode_data=True,
             parser_class=OneLineErrorParser, save_config_callback=ConfigToLogger,
             save_config_kwargs={"overwrite": True}, seed_everything_default=1234,

@@ -190,8 +190,10 @@ def _restricted(hint):
 
 def declared_ranges(config: type, prefix: str = "") -> list[tuple[str, type, bool]]:
     """(flag, restricted type, is a list) of every numeric option of `config` and its nested configs."""
-    found = []
-    for name, hint in typing.get_type_hints(config).items():
+    found, hints = [], typing.get_type_hints(config)
+    for old, renamed in getattr(config, "DEPRECATED", {}).items():  # deprecated options: a table entry, no field
+        hints[old] = renamed.type or hints[renamed.new]
+    for name, hint in hints.items():
         nested = [a for a in (typing.get_args(hint) or (hint,)) if dataclasses.is_dataclass(a)]
         if nested:
             found += declared_ranges(nested[0], f"{prefix}{name}.")

@@ -7,7 +7,7 @@ import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from lightning_bench.sparsity import growing_layer
-from lightning_bench.sparsity.decode import cache_argument
+from lightning_bench.sparsity.engine import cache_argument
 from lightning_bench.sparsity.growing_layer import GrowingLayer, growing_cache
 
 

@@ -7,10 +7,9 @@ import pytest
 import torch
 
 from lightning_bench.errors import ConfigError
-from lightning_bench.sparsity import (METHODS, AttentionRecorder, LayerView, Needs, budget, generate_with_eviction,
-                                      make_method, prefill, select_slots)
+from lightning_bench.sparsity import (METHODS, AttentionRecorder, KVEngine, LayerView, Needs, budget,
+                                      generate_with_eviction, make_method, prefill, select_slots)
 from lightning_bench.sparsity import capture
-from lightning_bench.sparsity.decode import extend
 from lightning_bench.sparsity.methods import CABV4, KNorm, SnapKV, StreamingLLM, key_uniqueness
 
 EVICTING = sorted(m for m in METHODS if m != "dense")
@@ -77,19 +76,20 @@ def eager_maps(net, ids, mask):
 @pytest.mark.parametrize("needs", [Needs(window=4), Needs(cumulative=True), Needs(cumulative=True, two_hop=True)],
                          ids=["window", "cumulative", "two_hop"])
 def test_capture_computes_only_the_declared_statistic_and_it_equals_eager_attention(net, needs, monkeypatch):
-    """Prefill of 10 tokens then 2 more through `extend` (a window rolls over, cum accumulates), in chunks of 5
+    """Prefill of 10 tokens then 2 more through `KVEngine.feed` (a window rolls over, cum accumulates), in chunks of 5
     query rows (the cumulative pass runs backwards over several chunks); against ONE eager forward of all 12."""
     monkeypatch.setattr(capture, "CHUNK_ELEMENTS", 2 * 4 * 12 * 5)  # B * Hq * S * 5 rows
     ids, mask, _ = batch(T=12, pad=3)
     rec = AttentionRecorder(needs)
-    state, logits = prefill(net, ids[:, :10], mask[:, :10], rec)
+    engine = KVEngine(net, rec)
+    logits = engine.prefill(ids[:, :10], mask[:, :10])
     assert net.config._attn_implementation == "sdpa"  # restored
     pos = (mask[:, :10].cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
         plain = net(input_ids=ids[:, :10], attention_mask=mask[:, :10], position_ids=pos, logits_to_keep=1).logits
     assert torch.equal(logits, plain[:, -1])  # the capture does not change the model's outputs
     two_hop = [rec.stats(i).get("frc") for i in range(2)]  # after the prefill: the 2-hop term of one call
-    extend(net, state, ids[:, 10:], rec)
+    engine.feed(ids[:, 10:])
     B, T = ids.shape
     for layer, att in enumerate(eager_maps(net, ids, mask)):
         stats = rec.stats(layer)

@@ -9,10 +9,9 @@ import pytest
 import torch
 
 from lightning_bench.errors import ConfigError
-from lightning_bench.sparsity import METHODS
+from lightning_bench.sparsity import METHODS, KVRecord
 from lightning_bench.sparsity.methods import H2O
-from lightning_bench.sparsity.task_decode import (PROTOCOLS, TaskGeneration, continue_prompt, generate_for_task,
-                                                  prefill_prompt)
+from lightning_bench.sparsity.task_decode import PROTOCOLS, continue_prompt, generate_for_task, prefill_prompt
 
 VOCAB, TC, TQ, N = 512, 15, 6, 8
 
@@ -83,7 +82,7 @@ def test_sparsity_zero_reproduces_dense_and_dense_is_transformers_greedy(net, pr
     assert dense["query_aware"].tokens == dense["query_agnostic"].tokens == reference.tolist()
     assert len(set(reference.tolist())) > 2  # not a degenerate repetition
     for p, res in dense.items():
-        assert isinstance(res, TaskGeneration) and res.stopped is None and len(res.tokens) == N
+        assert isinstance(res, KVRecord) and res.stopped is None and len(res.tokens) == N
         assert res.kept_tokens == res.compressed_tokens == (TC if p == "query_agnostic" else TC + TQ)
         assert res.kv_bytes_peak == res.dense_kv_bytes_peak and res.compressions == 0
         assert res.cache_length_final == TC + TQ + N - 1

@@ -6,7 +6,7 @@ import torch
 
 from lightning_bench.data.downstream.protocol import PROTOCOL_CLASSES, checkpoint_has_task_head, choose_protocol
 from lightning_bench.errors import ConfigError
-from lightning_bench.trainer_cli import LightningBenchCLI, run_cli
+from lightning_bench.trainer_cli import parsed_config
 
 
 @pytest.fixture
@@ -33,16 +33,13 @@ def test_checkpoint_with_a_task_head_is_scored_with_its_head(checkpoints):
         choose_protocol("test", None, "head")
 
 
-def test_task_flag_becomes_the_protocols_datamodule(checkpoints, monkeypatch):
+def test_task_flag_becomes_the_protocols_datamodule(checkpoints):
     """The parsed config (nothing built, nothing run) holds the DataModule of the protocol the command, the
     checkpoint and --data.protocol choose; Lightning still gets the checkpoint."""
     lm, tuned = checkpoints
-    monkeypatch.setattr(LightningBenchCLI, "instantiate_classes", lambda self: None)
-    monkeypatch.setattr(LightningBenchCLI, "_run_subcommand", lambda self, subcommand: None)
 
     def parsed(*argv):
-        cli = run_cli(list(argv))
-        return cli.config[argv[0]]
+        return parsed_config(list(argv))
 
     assert parsed("test", "--task", "glue/sst2")["data"]["class_path"] == PROTOCOL_CLASSES["prompted"]
     assert parsed("fit", "--model", "bk", "--task", "glue/sst2")["data"]["class_path"] == PROTOCOL_CLASSES["finetune"]

@@ -4,90 +4,97 @@ r"""`lightning_bench export_documents`: write the documents that `document_rolli
         --data.eval_max_documents 7 --output wikitext2_test_7.jsonl
     lightning_bench test ... --data text --data.test_path wikitext2_test_7.jsonl   # the same documents
 
-The data flags are those of `lightning_bench test` (`--data ALIAS`, `--data.path`, `--data.test_path`,
-`--data.document_split`, `--data.eval_max_documents`, ...; a `--config` file's `data` section is read
-too, its other sections ignored), so the file holds exactly what a run with those flags would score:
-one `{"text": document}` object a line (`--data.text_field` renames the field).
+The data flags are those of `lightning_bench test` that decide the documents (`--data ALIAS`, `--data.path`,
+`--data.test_path`, `--data.document_split`, `--data.eval_max_documents`, ...), so the file holds exactly
+what a run with those flags would score: one `{"text": document}` object a line (`--data.text_field`
+renames the field).
+
+`--config FILE` reads this command's options as `--print_config` writes them (`data:` {source, path, ...},
+`split:`, `output:`) or a fit/test config: its `data:` section (an alias, or class_path + init_args) gives
+the --data.* options above, the data options that do not change the documents (seq_len, tokenizer,
+batch_size, ...) are ignored, and so is every other section (model:, trainer:, ...). Flags given after
+--config override it.
 """
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
+import dataclasses
+import inspect
+import typing
+from dataclasses import dataclass, field
+from typing import Literal
 
-from lightning_bench.data.options import OneLineParser
+from lightning_bench.data.lm import LMDataModule
+from lightning_bench.data.options import ConfigFile, parse_command, read_config_file
 from lightning_bench.errors import ConfigError
 
-# --data.<name> options passed to LMDataModule, with their types (their ranges are LMDataModule's, checked
-# when it is built)
-_DATA_OPTIONS = {"path": str, "train_path": str, "val_path": str, "test_path": str, "document_split": str,
-                 "text_field": str, "eval_max_documents": int, "use_hub": bool, "hub_id": str,
-                 "hub_config": str, "max_documents": int, "val_fraction": float}
+# the LMDataModule options that decide which documents a split holds (the others, seq_len, tokenizer, ...,
+# only decide how they are scored); their types, ranges and defaults are LMDataModule's
+DOCUMENT_OPTIONS = ("source", "path", "train_path", "val_path", "test_path", "document_split", "text_field",
+                    "eval_max_documents", "use_hub", "hub_id", "hub_config", "max_documents", "val_fraction")
 _SPLITS = {"test": "test", "validation": "validation", "valid": "validation", "train": "train"}
-_KIND_NAMES = {int: "an int", float: "a number", bool: "true or false", str: "a string"}
 
 
-def _value(kind, text: str):
-    if text in ("null", "None"):
-        return None
-    if kind is bool:
-        if text.lower() not in ("1", "true", "yes", "0", "false", "no"):
-            raise argparse.ArgumentTypeError(f"got {text!r}; expected true or false")
-        return text.lower() in ("1", "true", "yes")
-    try:
-        return kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"got {text!r}; expected {_KIND_NAMES[kind]} or null") from None
+def _document_options() -> type:
+    """A dataclass of DOCUMENT_OPTIONS, declared by LMDataModule's signature (source defaults to text)."""
+    hints = typing.get_type_hints(LMDataModule.__init__)
+    defaults = {name: p.default for name, p in inspect.signature(LMDataModule.__init__).parameters.items()}
+    defaults["source"] = "text"
+    return dataclasses.make_dataclass("DocumentOptions", [(n, hints[n], field(default=defaults[n]))
+                                                          for n in DOCUMENT_OPTIONS])
 
 
-def _config_data(path: str) -> dict:
-    import yaml
-
-    try:
-        config = yaml.safe_load(Path(path).read_text()) or {}
-    except OSError as err:
-        raise ConfigError(f"cannot read config {path!r} ({err.strerror})") from err
-    except yaml.YAMLError as err:
-        where = getattr(err, "problem_mark", None)
-        raise ConfigError(f"config {path}: invalid YAML" + (f" at line {where.line + 1}" if where else "")) from None
-    if not isinstance(config, dict):
-        raise ConfigError(f"config {path}: expected a mapping of sections (data: ...), got a {type(config).__name__}")
-    data = config.get("data") or {}
-    if isinstance(data, str):
-        return {"source": data}
-    data = data.get("init_args", data) if isinstance(data, dict) else {}
-    return {k: v for k, v in data.items() if k == "source" or k in _DATA_OPTIONS}
+DocumentOptions = _document_options()
 
 
-def _parser() -> OneLineParser:
-    parser = OneLineParser(prog="lightning_bench export_documents", description=__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-c", "--config", action="append", default=[], help="a config file (its data section)")
-    parser.add_argument("--data", dest="source", help="data alias (ptb, wikitext2, ..., text)")
-    for name, kind in _DATA_OPTIONS.items():
-        parser.add_argument(f"--data.{name}", dest=name, type=lambda t, k=kind: _value(k, t),
-                            default=argparse.SUPPRESS)  # only the flags given; `null` resets a config's
-    parser.add_argument("--split", default="test", choices=sorted(_SPLITS), help="which split (default test)")
-    parser.add_argument("-o", "--output", required=True, help="the JSON-lines file to write")
-    return parser
+class ExportConfigFile(ConfigFile):
+    """this command's options as --print_config writes them, or a fit/test config: its data section gives the
+    --data.* options (those that do not change the documents ignored), and every other section (model:,
+    trainer:, ...) is ignored; flags given after it override it"""
+
+    @staticmethod
+    def options(command: str, path: str) -> dict:
+        config = read_config_file(command, path)
+        data = config.get("data") or {}
+        if isinstance(data, str):  # `data: ptb`, the alias
+            data = {"source": data}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{command}: --config {path}: data: expected a data alias or a mapping of --data.* "
+                              f"options, got a {type(data).__name__}")
+        if "class_path" in data or "init_args" in data:  # a trainer config's DataModule
+            data = data.get("init_args") or {}
+        scored_only = set(inspect.signature(LMDataModule.__init__).parameters) - set(DOCUMENT_OPTIONS)
+        data = {k: v for k, v in data.items() if k not in scored_only}  # an unknown key is left to the parser
+        return {"data": data, **{k: config[k] for k in ("split", "output") if k in config}}
+
+
+@dataclass
+class ExportConfig:
+    """export_documents' options (`--config FILE` reads them from YAML under the same names)."""
+
+    output: str
+    """the JSON-lines file to write"""
+    split: Literal["test", "validation", "valid", "train"] = "test"
+    """which split (valid is validation)"""
+    data: DocumentOptions = field(default_factory=DocumentOptions)
+    """the documents: --data ALIAS (ptb, wikitext2, ..., text) and the --data.* options of `lightning_bench
+    test` that decide them"""
+
+    def __post_init__(self):
+        if isinstance(self.data, dict):
+            self.data = DocumentOptions(**self.data)
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = parse_command("export_documents", ExportConfig, argv, __doc__, config_file=ExportConfigFile,
+                         spellings={"--config": ["-c"], "--output": ["-o"], "--data.source": ["--data"]})
     from lightning_bench.results.io import check_output
 
     check_output("-o", args.output, kind="file")  # before the corpus is read
 
-    options: dict = {"source": "text"}
-    for config in args.config:
-        options.update(_config_data(config))
-    if args.source is not None:
-        options["source"] = args.source
-    options.update({k: v for k, v in vars(args).items() if k in _DATA_OPTIONS})
-
-    from lightning_bench.data.lm import LMDataModule
     from lightning_bench.data.sources import write_documents_jsonl
 
+    options = dataclasses.asdict(args.data)
     data = LMDataModule(**options)
     split = _SPLITS[args.split]
     if data._load(split) is None:

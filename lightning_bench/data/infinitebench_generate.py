@@ -44,16 +44,15 @@ so the same arguments give the same file, byte for byte, on any machine.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
 import uuid
 from pathlib import Path
-from typing import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Optional, Sequence, get_args
 
-from lightning_bench.data.options import (ClosedUnitInterval, NonNegativeInt, OneLineParser, PositiveInt, Renamed,
-                                          value_type)
+from lightning_bench.data.options import ClosedUnitInterval, NonNegativeInt, PositiveInt, parse_command
 from lightning_bench.errors import ConfigError
 from lightning_bench.results.io import check_output, write_text_atomic
 
@@ -64,7 +63,8 @@ NEEDLES = {"passkey": "The pass key is {key}. Remember it. {key} is the pass key
            "number_string": "The sequence of digits is {key}. Remember it. {key} is the sequence of digits.\n"}
 QUESTIONS = {"passkey": "What is the pass key?", "number_string": "What is the sequence of digits?"}
 KV_QUESTION = '\nKey: "{key}"\nThe value associated with the specified key is: '
-TASKS = ("passkey", "number_string", "kv_retrieval")
+Task = Literal["passkey", "number_string", "kv_retrieval"]
+TASKS = get_args(Task)
 
 
 def _key(task: str, rng: random.Random) -> str:
@@ -259,30 +259,42 @@ def write_sets(task: str, tokenizer, out: str | Path, lengths: Sequence[int], de
     return paths
 
 
-def _parser() -> OneLineParser:
-    parser = OneLineParser(prog="lightning_bench infinitebench_generate", description=__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", nargs="+", required=True, choices=TASKS, help="one or more (-o: one)")
-    parser.add_argument("--tokenizer", required=True, help="a tokenizer folder or hub name (gpt2 works offline)")
-    parser.add_argument("--lengths", "--length", dest="lengths", type=value_type(PositiveInt), nargs="+",
-                        required=True, help="target context tokens (one or more)")
-    parser.add_argument("--depths", type=value_type(PositiveInt), default=11,
-                        help="evenly spaced depths over [0, 1] (default 11)")
-    parser.add_argument("--depth", type=value_type(ClosedUnitInterval), nargs="+",
-                        help="explicit depths in [0, 1] (instead of --depths)")
-    parser.add_argument("--per_depth", type=value_type(PositiveInt), default=1,
-                        help="samples per length and depth (default 1)")
-    parser.add_argument("--seed", type=value_type(NonNegativeInt), default=0)
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--data_dir", "--out", dest="data_dir", action=Renamed,
-                       help="folder for <length>/<task>.jsonl and <length>/manifest.json (e.g. DATA/infinitebench, "
-                            "read with --data_dir DATA --max_context <length>); --out is its deprecated spelling")
-    where.add_argument("-o", "--output", help="one JSON-lines file holding every length (read with --paths)")
-    return parser
+@dataclass
+class InfiniteBenchConfig:
+    """infinitebench_generate's options (`--config FILE` reads them from YAML under the same names)."""
+
+    task: list[Task]
+    """one or more (-o: one)"""
+    tokenizer: str
+    """a tokenizer folder or hub name (gpt2 works offline)"""
+    lengths: list[PositiveInt]
+    """target context tokens (one or more; --length is another spelling)"""
+    depths: PositiveInt = 11
+    """evenly spaced depths over [0, 1]"""
+    depth: list[ClosedUnitInterval] = field(default_factory=list)
+    """explicit depths in [0, 1], instead of --depths (empty: --depths)"""
+    per_depth: PositiveInt = 1
+    """samples per length and depth"""
+    seed: NonNegativeInt = 0
+    """the seed every row's draws derive from"""
+    data_dir: Optional[str] = None
+    """folder for <length>/<task>.jsonl and <length>/manifest.json (e.g. DATA/infinitebench, read with
+    --data_dir DATA --max_context <length>); --out is its deprecated spelling. Give it or -o"""
+    output: Optional[str] = None
+    """one JSON-lines file holding every length (read with --paths). Give it or --data_dir"""
+
+    def __post_init__(self):
+        if (self.data_dir is None) == (self.output is None):
+            raise ConfigError(f"infinitebench_generate: give --data_dir DIR or -o/--output FILE"
+                              f"{', not both' if self.data_dir is not None else ''}")
+        for option, values in (("--task", self.task), ("--lengths", self.lengths)):
+            if not values:
+                raise ConfigError(f"infinitebench_generate: {option} is empty; give at least one value")
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = parse_command("infinitebench_generate", InfiniteBenchConfig, argv, __doc__,
+                         spellings={"--lengths": ["--length"], "--output": ["-o"]}, old_spellings={"--out": "--data_dir"})
     if args.output and len(args.task) > 1:
         raise ConfigError(f"-o {args.output} holds one task, got --task {' '.join(args.task)}; use --data_dir DIR "
                           "for several")

@@ -1,29 +1,44 @@
-"""The ranges of the data options, declared once: on each DataModule's `__init__` signature (and on the
-options of the data commands, through `value_type`), and the one-line parser of those commands.
+"""The ranges of the data options, declared once: on each DataModule's `__init__` signature and on the
+config dataclasses of the data commands (generate_ruler, infinitebench_generate, export_documents), and the
+jsonargparse parser of those commands (`parse_command`).
 
 jsonargparse reads them while it parses a command, so `--data.eval_batch_size 0` is refused before any
 work, and `--help` names them. `checked_arguments` reads the same signature for a DataModule built in
 Python (a sweep's `datasets:` entries, export_documents) and returns plain ints and floats: an instance
 of a restricted type kept in the hyperparameters would make the checkpoint unloadable with
 weights_only=True.
+
+The data commands are configured as every other command is (the experiment commands' parser,
+experiments/core/config.py, is a layer above data, so this is its counterpart here): a typed dataclass read
+by jsonargparse, hence `--config FILE` (YAML, the same option names), `--print_config` and `--help`; a list
+option takes space-separated values (`--lengths 4096 8192`) as the argparse commands did; every error is one
+`lightning_bench: error: COMMAND: ...` line (a ConfigError, printed by cli.main).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
+import json
+import re
 import typing
-from typing import Union
+from pathlib import Path
+from typing import Callable, Optional, Sequence, Union
+
+import yaml
+from jsonargparse import ActionConfigFile, ArgumentParser, DefaultHelpFormatter, Namespace
+from jsonargparse._actions import _ActionConfigLoad  # the action of a group's own option
 
 from jsonargparse.typing import (ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, OpenUnitInterval, PositiveInt,
                                  restricted_string_type)
 
-from lightning_bench.errors import ConfigError, deprecated, describe_range
+from lightning_bench.errors import PROG, ConfigError, deprecated, describe_range, parser_error_line
 from lightning_bench.options import ContextTokens, Fraction, OpenClosedUnitInterval, number_range
 
-__all__ = ["ClosedUnitInterval", "ContextTokens", "DatasetName", "Fraction", "NonNegativeFloat", "NonNegativeInt",
-           "OneLineParser", "OpenClosedUnitInterval", "OpenUnitInterval", "Percent", "PositiveInt", "Renamed",
-           "checked_arguments", "value_type"]
+__all__ = ["ClosedUnitInterval", "CommandParser", "ConfigFile", "ContextTokens", "DatasetName", "Fraction",
+           "NonNegativeFloat", "NonNegativeInt", "OpenClosedUnitInterval", "OpenUnitInterval", "Percent", "PositiveInt",
+           "checked_arguments", "parse_command", "read_config_file"]
 
 Percent = number_range("Percent", float, [(">=", 0.0), ("<=", 100.0)])
 # a record's and its files' name: safe in a path, short enough to leave room for the rest of the file name
@@ -64,32 +79,194 @@ def checked_arguments(function, arguments: dict, prefix: str = "--data.") -> dic
     return {name: check_value(prefix + name, restricted(hints.get(name)), arguments[name]) for name in names}
 
 
-def value_type(kind: type):
-    """An argparse `type=` for a restricted type: the value as a plain int/float, or the option's one line."""
-    def parse(text: str):
-        try:
-            return kind._type(kind(text))
-        except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(f"got {shown(text)}; expected {describe_range(kind)}") from None
-
-    parse.__name__ = kind.__name__
-    return parse
+# ---- the data commands' parser ---------------------------------------------------------------------------
+class _RawDescription(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
+    """--help keeps the command's docstring as written (its examples and lists)."""
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """argparse for the data commands (generate_ruler, infinitebench_generate, export_documents): an error is
-    one `lightning_bench: error: COMMAND: ...` line (a ConfigError, printed by cli.main), not a usage block."""
+class CommandParser(ArgumentParser):
+    """jsonargparse for a data command: its usage block and indented explanation become one
+    `COMMAND: --option: ...` line (a ConfigError); a list option consumes every value up to the next option."""
 
-    def error(self, message: str):
-        hint = " (see --help)" if message.startswith("unrecognized arguments") else ""
-        raise ConfigError(f"{self.prog.split()[-1]}: {message}{hint}")
+    command: str = ""
+    argv: list[str] = []
+    lists: dict[str, type] = {}  # dest -> item type, of the list options
+
+    def _get_nargs_pattern(self, action):
+        if action.dest in self.lists and action.option_strings:
+            return "(A[A-]*)"  # argparse's `+` pattern of an option
+        return super()._get_nargs_pattern(action)
+
+    def _get_values(self, action, arg_strings):
+        """`--lengths 4096 8192` is `--lengths [4096, 8192]` (one value in brackets is read as YAML, as is)."""
+        kind = self.lists.get(action.dest)
+        if kind is not None and not (len(arg_strings) == 1 and arg_strings[0].lstrip().startswith("[")):
+            arg_strings = [json.dumps([v if kind is str else yaml.safe_load(v) for v in arg_strings])]
+        return super()._get_values(action, arg_strings)
+
+    def error(self, message: str, ex: Optional[Exception] = None):
+        missing = re.search(r'Key "([^"]+)" is required|the following arguments are required: (.*)', str(message))
+        if missing:  # jsonargparse names the keys: say the flags
+            names = (missing.group(1) or missing.group(2)).split(", ")
+            text = f"{', '.join(map(self._flag, names))} {'is' if len(names) == 1 else 'are'} required " \
+                   "(on the command line or in --config)"
+        else:
+            text = parser_error_line(message, self.argv)
+        if "not an option here" in text or "unrecognized arguments" in text:  # say what is
+            options = sorted(_long(a) for a in self._actions if a.option_strings and _long(a) != "--help"
+                             and not getattr(a, "old", False) and a.help != argparse.SUPPRESS)
+            text += f"; valid: {', '.join(options)}"
+        raise ConfigError(f"{self.command}: {text}") from ex
+
+    def _flag(self, dest: str) -> str:
+        return next((_long(a) for a in self._actions if a.dest == dest and a.option_strings), f"--{dest}")
 
 
-class Renamed(argparse.Action):
-    """An option whose first spelling is the current one (`--data_dir`) and whose others are deprecated
-    (`--out`): they still work, with one `lightning_bench: note:` line each time one is given."""
+def _long(action) -> str:
+    """An option's long name (not jsonargparse's `--lengths+`, which appends to a list)."""
+    return next((o for o in action.option_strings if o.startswith("--") and not o.endswith("+")),
+                action.option_strings[0])
+
+
+def read_config_file(command: str, path: str) -> dict:
+    """A --config file's mapping; one line naming the file if it is unreadable, not YAML, empty or no
+    mapping (jsonargparse would say only "Unexpected config")."""
+    expected = f"expected a mapping of {command}'s options (`key: value` lines; see --print_config)"
+    try:
+        loaded = yaml.safe_load(Path(path).read_text())
+    except OSError as err:
+        raise ConfigError(f"{command}: --config {path}: cannot read it ({err.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{command}: --config {path}: not UTF-8 text; {expected}") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ConfigError(f"{command}: --config {path}: not valid YAML: {where}"
+                          f"{getattr(err, 'problem', None) or err}") from None
+    if loaded is None:
+        raise ConfigError(f"{command}: --config {path} is empty; {expected}")
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{command}: --config {path} holds a {type(loaded).__name__}; {expected}")
+    return loaded
+
+
+class ConfigFile(ActionConfigFile):
+    """a YAML file of this command's options (the names of the flags, as --print_config writes them); the
+    options given after it override it"""
+
+    def __call__(self, parser, cfg, values, option_string=None):
+        options = self.options(parser.command, str(values))
+        self.apply_config(parser, cfg, self.dest, yaml.safe_dump(options))  # the checked mapping, as YAML text
+
+    @staticmethod
+    def options(command: str, path: str) -> dict:
+        """The file read into a mapping of the command's options (a subclass may read another layout)."""
+        return read_config_file(command, path)
+
+
+class Spelling(argparse.Action):
+    """Another spelling of an option that jsonargparse cannot hold on the option itself (`--data` for
+    `--data.source`, where `data` is a group) or a deprecated one (`--out` for `--data_dir`, with one
+    `lightning_bench: note:` line each time): it sets that option as given. No key of its own: --print_config
+    writes the option's name."""
+
+    new: str = ""
+    old: bool = False  # deprecated
 
     def __call__(self, parser, namespace, values, option_string=None):
-        if option_string not in (None, self.option_strings[0]):
-            deprecated(option_string, self.option_strings[0])
-        setattr(namespace, self.dest, values)
+        if self.old:
+            deprecated(option_string, self.new)
+        parser._option_string_actions[self.new](parser, namespace, values, self.new)
+
+
+def _list_item(hint) -> Optional[type]:
+    """The item type of a list option (Optional unwrapped), else None."""
+    if typing.get_origin(hint) is Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        hint = args[0] if len(args) == 1 else None
+    if typing.get_origin(hint) is list:
+        return (typing.get_args(hint) or (str,))[0]
+    return None
+
+
+def _plain(value):
+    """Restricted ints and floats (jsonargparse.typing) as plain ones, in lists and dicts too: what rows and
+    manifests record."""
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, (dict, Namespace)):
+        return {k: _plain(v) for k, v in (value.as_dict() if isinstance(value, Namespace) else value).items()}
+    base = getattr(type(value), "_type", None)
+    return base(value) if base in (int, float) and isinstance(value, base) else value
+
+
+def _field_help(parser: ArgumentParser, config_class: type) -> None:
+    """Each option's help is its field's docstring (jsonargparse reads attribute docstrings only under a
+    global setting, which would change every other command's parsing too)."""
+    import docstring_parser  # jsonargparse[signatures]'s
+
+    docs = {p.arg_name: p.description for p in docstring_parser.parse_from_object(config_class).params}
+    for action in parser._actions:
+        if docs.get(action.dest) and not action.help:
+            action.help = docs[action.dest]
+
+
+class GroupShorthand(_ActionConfigLoad):
+    """jsonargparse's option of a group (`--data`, which loads the group's options from YAML or a file), which
+    also reads a bare value as one of the group's options: `--data ptb` is `--data.source ptb`."""
+
+    option: str = ""
+
+    def __call__(self, parser, cfg, values, option_string=None):
+        if isinstance(values, str) and isinstance(yaml.safe_load(values), str) and not Path(values).is_file():
+            return parser._option_string_actions[self.option](parser, cfg, values, self.option)
+        return super().__call__(parser, cfg, values, option_string)
+
+
+def _add_spelling(parser: ArgumentParser, spelling: str, option: str, old: bool) -> None:
+    group = parser._option_string_actions.get(spelling)
+    if isinstance(group, _ActionConfigLoad):  # the option of a group: it stays one (`--data.path` is its key)
+        group.__class__, group.option = GroupShorthand, option
+        group.metavar, group.help = option.split(".")[-1].upper(), f"the same as {option}"
+        return
+    action = parser.add_argument(spelling, action=Spelling, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                                 metavar=option.lstrip("-").split(".")[-1].upper(),
+                                 help=f"deprecated: use {option}" if old else f"the same as {option}")
+    action.new, action.old = option, old
+
+
+def parse_command(command: str, config_class: type, argv: Sequence[str], description: str, *,
+                  spellings: Optional[dict[str, Sequence[str]]] = None,
+                  old_spellings: Optional[dict[str, str]] = None, config_file: type = ConfigFile,
+                  more_options: Optional[Callable[[ArgumentParser], None]] = None):
+    """`argv` parsed into `config_class`, a dataclass whose fields are the options (with docstrings, for
+    --help) and whose `__post_init__` checks them together. `spellings`: more names of an option
+    ({"--output": ["-o"], "--data.source": ["--data"]}); `old_spellings`: deprecated ones ({"--out": "--data_dir"}); `config_file`: the
+    --config action; `more_options(parser)`: options declared elsewhere (a DataModule's signature), each
+    group passed to the field of its name as a dict."""
+    parser = CommandParser(prog=f"{PROG} {command}", description=description, formatter_class=_RawDescription,
+                           exit_on_error=False, parser_mode="yaml")
+    parser.command, parser.argv = command, list(argv)
+    spellings = dict(spellings or {})
+    parser.add_argument(*spellings.pop("--config", ()), "--config", action=config_file,
+                        help=" ".join((config_file.__doc__ or "").split()))
+    parser.add_class_arguments(config_class, nested_key=None, fail_untyped=True)
+    _field_help(parser, config_class)
+    if more_options is not None:
+        more_options(parser)
+    hints = typing.get_type_hints(config_class)
+    parser.lists = {name: _list_item(hint) for name, hint in hints.items() if _list_item(hint) is not None}
+    for option, more in spellings.items():
+        action = parser._option_string_actions[option]
+        for spelling in more:
+            if "." in option:  # an option of a group: its own action
+                _add_spelling(parser, spelling, option, old=False)
+                continue
+            action.option_strings.insert(0 if not spelling.startswith("--") else len(action.option_strings),
+                                         spelling)  # a short one first, as argparse lists `-o, --output`
+            parser._option_string_actions[spelling] = action
+    for old, new in (old_spellings or {}).items():
+        _add_spelling(parser, old, new, old=True)
+    namespace = parser.parse_args(list(argv))
+    fields = {f.name for f in dataclasses.fields(config_class) if f.init}
+    return config_class(**{name: _plain(namespace.get(name)) for name in fields if name in namespace})

@@ -49,7 +49,6 @@ them when installed); qa_1 reads ../shared/data's SQuAD 2.0 subset by default.
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import hashlib
 import json
@@ -62,9 +61,9 @@ import uuid
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Literal, Optional, Sequence, get_args
 
-from lightning_bench.data.options import NonNegativeInt, OneLineParser, Percent, PositiveInt, Renamed, value_type
+from lightning_bench.data.options import NonNegativeInt, Percent, PositiveInt, parse_command
 from lightning_bench.data.tasks.definitions.long_context.ruler import SPECS, TASK_NAMES, tokens_to_generate
 from lightning_bench.errors import ConfigError, MissingData, unknown_name
 from lightning_bench.results.io import check_output, write_text_atomic
@@ -72,7 +71,8 @@ from lightning_bench.results.io import check_output, write_text_atomic
 GENERATOR_VERSION = 2  # 2: depths over the haystack alone (1 counted the inserted needles too)
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 DEPTHS = tuple(round(100 * i / 39) for i in range(40))  # RULER's np.round(np.linspace(0, 100, 40))
-HAYSTACKS = ("noise", "essay")
+Haystack = Literal["noise", "essay"]
+HAYSTACKS = get_args(Haystack)
 FILL_AT = 0.005  # fill the gap left by whole units when it exceeds this fraction of the target
 TOLERANCE = 0.01  # every row's length is within this fraction below the target
 DEFAULT_SOURCES = {"essay": "wikitext-2/test.txt", "squad": "squad_v2.0/dev-v2.0.cs224n_subset.json",
@@ -753,31 +753,44 @@ def write_rows(path: Path, rows: list[dict]) -> Path:
     return write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
 
 
-def _parser() -> OneLineParser:
-    parser = OneLineParser(prog="lightning_bench generate_ruler", description=__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tokenizer", required=True, help="the model's tokenizer: an HF folder or id (or gpt2)")
-    parser.add_argument("--data_dir", "--out", dest="data_dir", action=Renamed, required=True,
-                        help="folder for <length>/<task>.jsonl (e.g. DATA/ruler); --out is its deprecated spelling")
-    parser.add_argument("--lengths", type=value_type(PositiveInt), nargs="+", default=[4096],
-                        help="target lengths in tokens")
-    parser.add_argument("--tasks", nargs="+", default=None, help="default: all 13 (qa_2 only with --hotpotqa)")
-    parser.add_argument("--num_samples", type=value_type(PositiveInt), default=500,
-                        help="rows per task and length (RULER: 500)")
-    parser.add_argument("--seed", type=value_type(NonNegativeInt), default=42)
-    parser.add_argument("--haystack", choices=HAYSTACKS, default="noise", help="for RULER's essay tasks")
-    parser.add_argument("--essay", help="text file or folder of .txt for --haystack essay "
-                                        "(default ../shared/data/wikitext-2/test.txt)")
-    parser.add_argument("--squad", help="SQuAD json for qa_1 (default ../shared/data's SQuAD 2.0 subset)")
-    parser.add_argument("--hotpotqa", help="HotpotQA dev json for qa_2 (not available offline)")
-    parser.add_argument("--depth", type=value_type(Percent), default=None,
-                        help="niah/qa answer depth in percent (default: drawn)")
-    parser.add_argument("--words", default="builtin", help="builtin, wonderwords (RULER's lists) or a file")
-    return parser
+@dataclass
+class RulerConfig:
+    """generate_ruler's options (`--config FILE` reads them from YAML under the same names)."""
+
+    tokenizer: str
+    """the model's tokenizer: an HF folder or id (or gpt2)"""
+    data_dir: str
+    """folder for <length>/<task>.jsonl (e.g. DATA/ruler); --out is its deprecated spelling"""
+    lengths: list[PositiveInt] = field(default_factory=lambda: [4096])
+    """target lengths in tokens"""
+    tasks: Optional[list[str]] = None
+    """default: all 13 (qa_2 only with --hotpotqa)"""
+    num_samples: PositiveInt = 500
+    """rows per task and length (RULER: 500)"""
+    seed: NonNegativeInt = 42
+    """the seed every sample's draws derive from"""
+    haystack: Haystack = "noise"
+    """for RULER's essay tasks"""
+    essay: Optional[str] = None
+    """text file or folder of .txt for --haystack essay (default ../shared/data/wikitext-2/test.txt)"""
+    squad: Optional[str] = None
+    """SQuAD json for qa_1 (default ../shared/data's SQuAD 2.0 subset)"""
+    hotpotqa: Optional[str] = None
+    """HotpotQA dev json for qa_2 (not available offline)"""
+    depth: Optional[Percent] = None
+    """niah/qa answer depth in percent (default: drawn)"""
+    words: str = "builtin"
+    """builtin, wonderwords (RULER's lists) or a file"""
+
+    def __post_init__(self):
+        for option, values in (("--lengths", self.lengths), ("--tasks", self.tasks)):
+            if values is not None and not values:
+                raise ConfigError(f"generate_ruler: {option} is empty; give at least one value")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parse_command("generate_ruler", RulerConfig, sys.argv[1:] if argv is None else argv, __doc__,
+                         old_spellings={"--out": "--data_dir"})
     if args.tokenizer == "word":
         raise ConfigError("--tokenizer word has no fixed vocabulary to count RULER's lengths; name the model's "
                           "tokenizer")

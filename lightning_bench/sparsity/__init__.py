@@ -11,14 +11,12 @@
 - callback.py: `SparsityCallback`, streaming.StreamingEviction inside Lightning's validate / test / predict.
 """
 
-from lightning_bench.sparsity.cache import EvictionState, budget, kv_bytes, select_slots
-from lightning_bench.sparsity.capture import CAPTURE_NAME, AttentionRecorder, Needs, capturing, register
-from lightning_bench.sparsity.decode import EvictionResult, generate_with_eviction
-from lightning_bench.sparsity.engine import KVEngine, KVRecord, prefill, resolve_network
-from lightning_bench.sparsity.methods import METHODS, LayerView, Method, Priority, make_method, method_names
-from lightning_bench.sparsity.task_decode import TaskGeneration, generate_for_task
+from lightning_bench.sparsity.cache import EvictionState, budget, select_slots
+from lightning_bench.sparsity.capture import AttentionRecorder, Needs
+from lightning_bench.sparsity.decode import generate_with_eviction
+from lightning_bench.sparsity.engine import Budget, KVEngine, KVRecord, prefill
+from lightning_bench.sparsity.methods import METHODS, LayerView, Method, make_method
+from lightning_bench.sparsity.task_decode import generate_for_task
 
-__all__ = ["AttentionRecorder", "CAPTURE_NAME", "EvictionResult", "EvictionState", "KVEngine", "KVRecord",
-           "LayerView", "METHODS", "Method", "Needs", "Priority", "TaskGeneration", "budget", "capturing",
-           "generate_for_task", "generate_with_eviction", "kv_bytes", "make_method", "method_names", "prefill",
-           "register", "resolve_network", "select_slots"]
+__all__ = ["AttentionRecorder", "Budget", "EvictionState", "KVEngine", "KVRecord", "LayerView", "METHODS", "Method",
+           "Needs", "budget", "generate_for_task", "generate_with_eviction", "make_method", "prefill", "select_slots"]

@@ -70,16 +70,6 @@ def check_sparsity(sparsity: float) -> float:
     return float(sparsity)
 
 
-def kv_bytes(cache) -> int:
-    """Bytes held by the keys and values of every layer of a DynamicCache."""
-    total = 0
-    for layer in cache.layers:
-        for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
-            if isinstance(t, torch.Tensor):
-                total += t.numel() * t.element_size()
-    return total
-
-
 def check_cache(cache) -> None:
     """Only plain (full-attention) DynamicLayers can be evicted physically."""
     from transformers.cache_utils import DynamicLayer
@@ -92,11 +82,6 @@ def check_cache(cache) -> None:
                               f"model caches with {type(layer).__name__}")
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 def rerotate_keys(keys: torch.Tensor, delta: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
     """Rotate RoPE keys (B, H, S, D) by `delta` (B, H, S) positions: R(p + delta) k = R(delta) R(p) k.
 
@@ -105,16 +90,9 @@ def rerotate_keys(keys: torch.Tensor, delta: torch.Tensor, inv_freq: torch.Tenso
     freqs = delta.to(torch.float32)[..., None] * inv_freq.to(device=keys.device, dtype=torch.float32)
     emb = torch.cat((freqs, freqs), dim=-1)
     k = keys[..., :rot].float()
-    out = (k * emb.cos() + rotate_half(k) * emb.sin()).to(keys.dtype)
+    rotated_half = torch.cat((-k[..., rot // 2:], k[..., :rot // 2]), dim=-1)
+    out = (k * emb.cos() + rotated_half * emb.sin()).to(keys.dtype)
     return out if rot == keys.shape[-1] else torch.cat((out, keys[..., rot:]), dim=-1)
-
-
-def find_inv_freq(net) -> Optional[torch.Tensor]:
-    for module in net.modules():
-        inv = getattr(module, "inv_freq", None)
-        if isinstance(inv, torch.Tensor):
-            return inv
-    return None
 
 
 def select_slots(priority: Priority, valid: torch.Tensor, positions: torch.Tensor, keep: torch.Tensor):
@@ -177,7 +155,7 @@ class EvictionState:
         return self.valid.sum(-1)
 
     def kv_bytes(self) -> int:
-        return kv_bytes(self.cache)
+        return sum(t.numel() * t.element_size() for layer in self.cache.layers for t in (layer.keys, layer.values))
 
     def layer_shapes(self) -> list[tuple[int, ...]]:
         return [tuple(layer.keys.shape) for layer in self.cache.layers]

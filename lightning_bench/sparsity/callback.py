@@ -20,6 +20,7 @@ context-only positions are fed but not counted.
 from __future__ import annotations
 
 from contextlib import ExitStack
+from functools import partialmethod
 from typing import Optional
 
 import lightning as L
@@ -35,16 +36,11 @@ class SparsityCallback(L.Callback):
     """Route a LanguageModule's evaluation logits through streaming KV-cache eviction.
 
     Args:
-        method: sparsity method name (`lightning_bench.sparsity.METHODS`).
-        ratio: sparsity, the fraction of the tokens seen so far that is evicted, in [0, 1).
-        budget_tokens: a fixed number of cached tokens instead of a ratio (at most the window length).
+        method, ratio, budget_tokens, method_params, rounding: as engine.Budget.build (`ratio` is its
+            sparsity; budget_tokens at most the window length; the rounding is recorded in the summary).
         chunk_size: tokens per forward while streaming a window (1 = exact per-token streaming).
         interval: compress after every `interval`-th chunk.
         rerotate: re-rotate the kept keys to contiguous positions at each compression (RoPE models).
-        method_params: the method's own parameters (e.g. {"recent_ratio": 0.5} for h2o).
-        rounding: how the ratio's budget (1 - ratio) * n is rounded: "ceil" (default) or "floor" (int(),
-            as kvpress and most KV-compression libraries); recorded in the summary.
-    Exactly one of `ratio` and `budget_tokens` for an evicting method; neither for `dense`.
     """
 
     record_keys = ("sparsity",)  # what record_fields gives the run's record
@@ -62,18 +58,7 @@ class SparsityCallback(L.Callback):
     def method(self):
         return self.eviction.method
 
-    @property
-    def ratio(self) -> Optional[float]:
-        return self.eviction.ratio
-
-    @property
-    def budget_tokens(self) -> Optional[int]:
-        return self.eviction.budget_tokens
-
     # ---- what the record gets ---------------------------------------------------------------
-    def settings(self) -> dict:
-        return self.eviction.settings()
-
     def record_fields(self, trainer, pl_module) -> dict:
         """The record's `sparsity` block (results/recorder.py asks every callback)."""
         return {"sparsity": self.summary()}
@@ -95,57 +80,32 @@ class SparsityCallback(L.Callback):
                            cache_fraction=acc["cache"] / acc["dense"], peak_kv_bytes=acc["peak"],
                            dense_peak_kv_bytes=acc["dense_peak"], compressions=acc["compressions"],
                            scored_tokens=acc["tokens"], forwards=acc["forwards"])
-        return {**self.settings(), **figures}
+        return {**self.eviction.settings(), **figures}
 
     # ---- applying / leaving the eviction ----------------------------------------------------------
     def _start(self, trainer, pl_module, stage: str) -> None:
         self._end()  # a stage that started before this one ended (validation inside fit) is left first
         window = getattr(getattr(trainer, "datamodule", None), "seq_len", None)
-        if self.budget_tokens is not None and window is not None and self.budget_tokens > window:
-            raise ConfigError(f"--sparsity.budget_tokens {self.budget_tokens} is larger than the evaluation window "
+        budget_tokens = self.eviction.budget_tokens
+        if budget_tokens is not None and window is not None and budget_tokens > window:
+            raise ConfigError(f"--sparsity.budget_tokens {budget_tokens} is larger than the evaluation window "
                               f"(--data.seq_len {window}): nothing would be evicted; lower it")
         self._stage = stage
         self.stages[stage] = self.eviction.totals = new_totals()
         self._applied.enter_context(self.eviction.applied(pl_module))
 
-    def _end(self, *_args) -> None:
+    def _end(self, *_args, **_kwargs) -> None:
         self.eviction.scored = None
         self._applied.close()
 
-    def _batch_start(self, batch) -> None:
+    # ---- Lightning hooks ----------------------------------------------------------------------
+    on_validation_start = partialmethod(_start, stage="validation")
+    on_test_start = partialmethod(_start, stage="test")
+    on_predict_start = partialmethod(_start, stage="predict")
+    on_validation_end = on_test_end = on_predict_end = on_exception = teardown = _end
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
         labels = batch.get("labels") if isinstance(batch, dict) else None
         self.eviction.scored = None if labels is None else (labels != IGNORE_INDEX)
 
-    # ---- Lightning hooks ----------------------------------------------------------------------
-    def on_validation_start(self, trainer, pl_module):
-        self._start(trainer, pl_module, "validation")
-
-    def on_test_start(self, trainer, pl_module):
-        self._start(trainer, pl_module, "test")
-
-    def on_predict_start(self, trainer, pl_module):
-        self._start(trainer, pl_module, "predict")
-
-    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
-        self._batch_start(batch)
-
-    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
-        self._batch_start(batch)
-
-    def on_predict_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
-        self._batch_start(batch)
-
-    def on_validation_end(self, trainer, pl_module):
-        self._end()
-
-    def on_test_end(self, trainer, pl_module):
-        self._end()
-
-    def on_predict_end(self, trainer, pl_module):
-        self._end()
-
-    def on_exception(self, trainer, pl_module, exception):
-        self._end()
-
-    def teardown(self, trainer, pl_module, stage):
-        self._end()
+    on_test_batch_start = on_predict_batch_start = on_validation_batch_start

@@ -33,11 +33,14 @@ extend make); a mask may only hide padding keys besides. Statistics are aligned 
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
+
+from lightning_bench.errors import ConfigError
 
 CAPTURE_NAME = "lb_capture"
 # float32 scores of one chunk of query rows (32 MiB): a chunk computes the keys up to its last row, so smaller
@@ -87,16 +90,6 @@ class AttentionRecorder:
         """The recorder `method` needs, or None for a method that reads no attention (no capture at all)."""
         return cls(method.needs) if method.needs else None
 
-    def reset(self) -> None:
-        self.layers.clear()
-        self.query_valid = None
-
-    def length(self, layer_idx: int) -> int:
-        stats = self.layers.get(layer_idx)
-        if not stats:
-            return 0
-        return next(iter(stats.values())).shape[-1]
-
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for stats in self.layers.values() for t in stats.values())
 
@@ -113,7 +106,7 @@ class AttentionRecorder:
         if Hq % Hkv:
             raise ValueError(f"{Hq} query heads cannot be grouped over {Hkv} KV heads")
         old = self.layers.get(layer_idx, {})
-        S_old = self.length(layer_idx) if old else 0
+        S_old = next(iter(old.values())).shape[-1] if old else 0
         if S_old != S - q:
             raise RuntimeError(f"layer {layer_idx}: statistics describe {S_old} cache slots but the cache has "
                                f"{S - q} before this call; evict through EvictionState so both stay aligned")
@@ -149,9 +142,7 @@ class AttentionRecorder:
 
     def gather(self, layer_idx: int, index: torch.Tensor) -> None:
         """Keep the slots `index` (B, Hkv, S_new) of every statistic of `layer_idx` (cache compression)."""
-        stats = self.layers.get(layer_idx)
-        if not stats:
-            return
+        stats = self.layers.get(layer_idx, {})
         for name, value in stats.items():
             idx = index.to(value.device)
             if value.shape[1] != idx.shape[1]:  # per query head: the query heads of a group share its KV head
@@ -170,26 +161,17 @@ class RecorderFanOut:
 
     def __init__(self, recorders):
         self.recorders = list(recorders)
-
-    @property
-    def query_valid(self) -> Optional[torch.Tensor]:
-        return self.recorders[0].query_valid if self.recorders else None
-
-    @query_valid.setter
-    def query_valid(self, value: Optional[torch.Tensor]) -> None:
-        for recorder in self.recorders:
-            recorder.query_valid = value
+        self.query_valid: Optional[torch.Tensor] = None  # handed to each recorder for the call it observes
 
     def observe(self, *args, **kwargs) -> None:
         for recorder in self.recorders:
+            recorder.query_valid = self.query_valid
             recorder.observe(*args, **kwargs)
+            recorder.query_valid = None
 
 
 def _pad_slots(value: torch.Tensor, S: int) -> torch.Tensor:
-    extra = S - value.shape[-1]
-    if extra == 0:
-        return value
-    return torch.nn.functional.pad(value, (0, extra))
+    return value if value.shape[-1] == S else torch.nn.functional.pad(value, (0, S - value.shape[-1]))
 
 
 class _Attention:
@@ -330,28 +312,22 @@ def _capture_mask(*args, **kwargs):
     return ALL_MASK_ATTENTION_FUNCTIONS[inner](*args, **kwargs)
 
 
-_REGISTERED = False
-
-
+@functools.cache
 def register() -> str:
-    """Register `lb_capture` with transformers (idempotent); returns its name."""
-    global _REGISTERED
-    if not _REGISTERED:
-        from transformers import AttentionInterface
-        from transformers.masking_utils import AttentionMaskInterface
+    """Register `lb_capture` with transformers (once); returns its name."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
 
-        AttentionInterface.register(CAPTURE_NAME, capture_attention)
-        AttentionMaskInterface.register(CAPTURE_NAME, _capture_mask)
-        _REGISTERED = True
+    AttentionInterface.register(CAPTURE_NAME, capture_attention)
+    AttentionMaskInterface.register(CAPTURE_NAME, _capture_mask)
     return CAPTURE_NAME
 
 
 def _supported_inner(name: Optional[str]) -> str:
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
-    if name in (None, CAPTURE_NAME, "flex_attention") or name not in ALL_MASK_ATTENTION_FUNCTIONS:
-        return "sdpa"  # same mathematics; flex's BlockMask cannot be read back
-    return name
+    supported = name not in (None, CAPTURE_NAME, "flex_attention") and name in ALL_MASK_ATTENTION_FUNCTIONS
+    return name if supported else "sdpa"  # sdpa: the same mathematics; flex's BlockMask cannot be read back
 
 
 def _set_implementation(net, name: str) -> None:
@@ -377,8 +353,6 @@ def capturing(net, recorder: Optional[AttentionRecorder]):
     try:
         _set_implementation(net, CAPTURE_NAME)
         if net.config._attn_implementation != CAPTURE_NAME:
-            from lightning_bench.errors import ConfigError
-
             raise ConfigError(f"{type(net).__name__} cannot switch its attention implementation (transformers' "
                               "AttentionInterface), so attention-based sparsity methods cannot score it")
         yield net

@@ -4,7 +4,7 @@ One protocol for every method: the context is prefilled densely (the first conti
 predicted from the full context), the cache is compressed to the budget, then each decoding step
 feeds one token with its TRUE position (or, with `rerotate`, the next contiguous one) and an
 attention mask over the compressed cache, and the cache is re-compressed every `interval` steps
-(`Every`, the DecodingPress of kvpress). Decoding is greedy, or teacher-forced on
+(`Compress.interval`, the DecodingPress of kvpress). Decoding is greedy, or teacher-forced on
 `reference_continuation`, whose per-token NLL is returned.
 """
 
@@ -18,54 +18,33 @@ import torch.nn.functional as F
 
 from lightning_bench.errors import ConfigError
 from lightning_bench.sparsity.capture import AttentionRecorder
-from lightning_bench.sparsity.engine import (Budget, KVEngine, KVRecord, cache_argument, check_budget,  # noqa: F401
-                                             check_rows, extend, positive_int, prefill, resolve_network)
+from lightning_bench.sparsity.engine import Budget, KVEngine, KVRecord, check_rows, positive_int
+from lightning_bench.sparsity.engine import resolve_network  # noqa: F401  (experiments/downstream/setup.py)
 from lightning_bench.sparsity.methods import Method
-
-EvictionResult = KVRecord  # the record of `generate_with_eviction`, the engine's one record type
 
 
 @dataclass
 class Compress:
-    """One compression: the budget's method down to its budget of each row's tokens seen so far."""
+    """A compression: the budget's method down to its budget of each row's tokens seen so far, repeated every
+    `interval` steps of a schedule (0: never again; kvpress's DecodingPress). With `rerotate` the kept keys
+    are then re-rotated to contiguous positions, new tokens continuing right after them (KeyRerotationPress)."""
 
     budget: Budget
-    rerotate = False
+    rerotate: bool = False
+    interval: int = 0
 
     def __call__(self, engine: KVEngine) -> bool:
         return engine.compress(self.budget.method, self.budget.keep(engine.state), self.rerotate)
-
-
-class Rerotate(Compress):
-    """A compression whose kept keys are then re-rotated to contiguous positions, new tokens continuing right
-    after them (kvpress's KeyRerotationPress)."""
-
-    rerotate = True
-
-
-def compression(budget: Budget, rerotate: bool = False) -> Compress:
-    return (Rerotate if rerotate else Compress)(budget)
-
-
-@dataclass
-class Every:
-    """A compression repeated every `interval` steps of a schedule (0: never again), kvpress's DecodingPress."""
-
-    compress: object
-    interval: int
 
     def due(self, step: int) -> bool:
         return bool(self.interval) and step % self.interval == 0
 
 
-def _new_tokens(input_ids, reference_continuation, max_new_tokens) -> int:
-    if reference_continuation is None:
-        n_new = int(max_new_tokens)
-    elif reference_continuation.dim() != 2 or reference_continuation.shape[0] != input_ids.shape[0]:
+def _new_tokens(input_ids, reference: Optional[torch.Tensor], max_new_tokens) -> int:
+    if reference is not None and (reference.dim() != 2 or reference.shape[0] != input_ids.shape[0]):
         raise ConfigError(f"reference_continuation must be (batch, N) with batch {input_ids.shape[0]}, "
-                          f"got {tuple(reference_continuation.shape)}")
-    else:
-        n_new = reference_continuation.shape[1]
+                          f"got {tuple(reference.shape)}")
+    n_new = int(max_new_tokens) if reference is None else reference.shape[1]
     if n_new < 1:
         raise ConfigError("nothing to decode: give max_new_tokens >= 1 or a reference_continuation")
     return n_new
@@ -80,12 +59,9 @@ def generate_with_eviction(net, input_ids: torch.Tensor, attention_mask: Optiona
     """Prefill `input_ids`, compress the KV cache with `method`, decode `max_new_tokens` tokens.
 
     Args:
-        net: a transformers causal LM (or a LanguageModule whose `.net` is one).
-        input_ids: (B, T) context; attention_mask: (B, T), left padding only (None = no padding).
-        method: registry name (methods.METHODS) or a Method; method_params: its parameters.
-        sparsity: fraction evicted, in [0, 1), of each row's tokens seen so far, rounded by `rounding`
-            (cache.budget); budget_tokens: a fixed number kept instead (<= the context length). Exactly
-            one of the two (neither: dense).
+        net: as KVEngine's. input_ids: (B, T) context; attention_mask: (B, T), left padding only (None = none).
+        method, method_params, sparsity, budget_tokens, rounding: as Budget.build; budget_tokens at most the
+            context length.
         interval: re-compress every `interval` decoding steps (0: only after the prefill).
         max_new_tokens: tokens to decode greedily (ignored when `reference_continuation` is given).
         rerotate: re-rotate kept keys to contiguous positions after each compression.
@@ -97,13 +73,11 @@ def generate_with_eviction(net, input_ids: torch.Tensor, attention_mask: Optiona
     plan = Budget.build(method, sparsity, budget_tokens, rounding, method_params)
     attention_mask = check_rows(input_ids, attention_mask, "left")
     context = int(attention_mask.sum(-1).max())
-    if budget_tokens is not None and budget_tokens > context:
-        raise ConfigError(f"--sparsity.budget_tokens {budget_tokens} is larger than the context ({context} "
-                          "tokens); lower it or use a longer context")
+    plan.fits(context, f"the context ({context} tokens)")
     positive_int("interval", interval, minimum=0)
     n_new = _new_tokens(input_ids, reference_continuation, max_new_tokens)
     engine.check_rope(rerotate)
-    schedule = Every(compression(plan, rerotate), interval)
+    schedule = Compress(plan, rerotate, interval)
     engine.recorder = AttentionRecorder.for_method(plan.method)
     with engine.evaluating():
         start = engine.clock()
@@ -122,7 +96,7 @@ def generate_with_eviction(net, input_ids: torch.Tensor, attention_mask: Optiona
             if t == n_new - 1:
                 break
             if t == 0 or schedule.due(t):
-                schedule.compress(engine)
+                schedule(engine)
                 keep0 = engine.state.n_valid.clone() if keep0 is None else keep0
             logits = engine.step(tok)
             engine.meter()

@@ -24,7 +24,7 @@ import torch
 
 from lightning_bench.errors import ConfigError
 from lightning_bench.models.hf import config_has_kv_cache
-from lightning_bench.sparsity.cache import EvictionState, budget, check_rounding, check_sparsity, find_inv_freq
+from lightning_bench.sparsity.cache import EvictionState, budget, check_rounding, check_sparsity
 from lightning_bench.sparsity.capture import AttentionRecorder, capturing
 from lightning_bench.sparsity.methods import Method, make_method
 
@@ -50,9 +50,8 @@ def cache_argument(net, cache) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def _cache_parameter(model_class: type) -> str:
-    parameters = inspect.signature(model_class.forward).parameters  # through transformers' decorators
-    return "cache" if "cache" in parameters else "past_key_values"
+def _cache_parameter(model_class: type) -> str:  # the signature through transformers' decorators
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
 def prefill(net, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -61,14 +60,6 @@ def prefill(net, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     engine = KVEngine(net, recorder)
     logits = engine.prefill(input_ids, attention_mask)
     return engine.state, logits
-
-
-def extend(net, state: EvictionState, input_ids: torch.Tensor, recorder: Optional[AttentionRecorder] = None,
-           logits_to_keep: Union[int, torch.Tensor] = 0) -> torch.Tensor:
-    """`KVEngine.feed` on a given EvictionState: the logits of the q tokens (B, q) appended."""
-    engine = KVEngine(net, recorder)
-    engine.state = state
-    return engine.feed(input_ids, logits_to_keep)
 
 
 def check_rows(input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor], padding: str) -> torch.Tensor:
@@ -101,22 +92,6 @@ def positive_int(name: str, value, minimum: int = 1) -> int:
     return value
 
 
-def check_budget(method: Method, sparsity: Optional[float], budget_tokens: Optional[int]) -> Optional[float]:
-    """Exactly one of `sparsity` (a ratio in [0, 1)) and `budget_tokens` (a positive count), or neither for a
-    method that never evicts. Returns the sparsity to use: the ratio, 0.0 for such a method given neither,
-    None when `budget_tokens` is used."""
-    if sparsity is None and budget_tokens is None:
-        if method.evicts:
-            raise ConfigError(f"method {method.name!r} needs --sparsity.ratio or --sparsity.budget_tokens")
-        return 0.0
-    if sparsity is not None and budget_tokens is not None:
-        raise ConfigError("give either sparsity (a ratio) or budget_tokens (a token count), not both")
-    if sparsity is not None:
-        return check_sparsity(sparsity)
-    positive_int("budget_tokens", budget_tokens)
-    return None
-
-
 @dataclass
 class Budget:
     """A method and how much it keeps: (1 - sparsity) of each row's tokens seen so far, rounded by
@@ -131,9 +106,28 @@ class Budget:
     def build(cls, method: Union[str, Method] = "dense", sparsity: Optional[float] = None,
               budget_tokens: Optional[int] = None, rounding: str = "ceil",
               method_params: Optional[dict] = None) -> "Budget":
+        """`method`: a registry name (methods.METHODS) with its `method_params`, or a Method. Exactly one of
+        `sparsity` (the fraction evicted, in [0, 1), of each row's tokens seen so far, rounded by `rounding`:
+        "ceil" or "floor", cache.budget) and `budget_tokens` (a fixed number of slots kept), or neither for a
+        method that never evicts (its sparsity is then 0.0; None when `budget_tokens` is used)."""
         built = make_method(method, **(method_params or {}))
-        sparsity = check_budget(built, sparsity, budget_tokens)
+        if sparsity is None and budget_tokens is None:
+            if built.evicts:
+                raise ConfigError(f"method {built.name!r} needs --sparsity.ratio or --sparsity.budget_tokens")
+            sparsity = 0.0
+        elif sparsity is not None and budget_tokens is not None:
+            raise ConfigError("give either sparsity (a ratio) or budget_tokens (a token count), not both")
+        elif sparsity is not None:
+            sparsity = check_sparsity(sparsity)
+        else:
+            positive_int("budget_tokens", budget_tokens)
         return cls(built, sparsity, budget_tokens, check_rounding(rounding))
+
+    def fits(self, tokens: int, what: str) -> None:
+        """A fixed budget above the `tokens` a first compression applies to (`what`) would evict nothing."""
+        if self.budget_tokens is not None and self.budget_tokens > tokens:
+            raise ConfigError(f"--sparsity.budget_tokens {self.budget_tokens} is larger than {what}; lower it or "
+                              "use a longer context")
 
     def keep(self, state: EvictionState) -> torch.Tensor:
         if not self.method.evicts:
@@ -168,9 +162,8 @@ class KVRecord:
     figures: dict = field(default_factory=dict)
 
     def __getattr__(self, name: str):
-        figures = self.__dict__.get("figures")
-        if figures is not None and name in figures:
-            return figures[name]
+        if name in (self.__dict__.get("figures") or {}):
+            return self.figures[name]
         raise AttributeError(f"{type(self).__name__} has no field or figure {name!r}")
 
     seconds = property(lambda self: self.prefill_seconds + self.decode_seconds)
@@ -278,7 +271,8 @@ class KVEngine:
     def check_rope(self, rerotate: bool) -> None:
         """A one-line error, before any forward, when `rerotate` is asked of a model without RoPE."""
         if rerotate and self._inv_freq is None:
-            self._inv_freq = find_inv_freq(self.net)
+            self._inv_freq = next((m.inv_freq for m in self.net.modules()
+                                   if isinstance(getattr(m, "inv_freq", None), torch.Tensor)), None)
             if self._inv_freq is None:
                 raise ConfigError("--sparsity.rerotate needs a RoPE model; this one has no rotary embedding")
 
@@ -291,7 +285,6 @@ class KVEngine:
         return done
 
     def meter(self) -> None:
-        """Add the current cache length, KV bytes and dense KV bytes to the record's series."""
         self.record.cache_lengths.append(self.state.length)
         self.record.kv_bytes.append(self.state.kv_bytes())
         self.record.dense_kv_bytes.append(self.slot_bytes * self.dense_length)

@@ -129,10 +129,6 @@ def _minmax(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return out.masked_fill(~v | ~(span > 0), 0.0)
 
 
-def key_norm(view: LayerView) -> torch.Tensor:
-    return view.keys.float().norm(dim=-1)
-
-
 def key_uniqueness(keys: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """1 - mean cosine similarity of each key to the OTHER valid keys of its (row, head), (B, H, S).
 
@@ -193,11 +189,9 @@ class Method:
         """{parameter: {default, description, low, high, choices}}: what a user or a tuner may set."""
         return {f.name: {"default": f.default, **f.metadata} for f in fields(cls)} if is_dataclass(cls) else {}
 
-    def params(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)} if is_dataclass(self) else {}
-
     def describe(self) -> dict:
-        return {"method": self.name, **self.params()}
+        params = {f.name: getattr(self, f.name) for f in fields(self)} if is_dataclass(self) else {}
+        return {"method": self.name, **params}
 
 
 @dataclass
@@ -267,7 +261,7 @@ class KNorm(Method):
     name = "knorm"
 
     def priority(self, view):
-        return Priority(-key_norm(view))
+        return Priority(-view.keys.float().norm(dim=-1))
 
 
 @dataclass
@@ -330,7 +324,7 @@ class CABV4(Method):
     alpha: float = param(0.5, "weight of key magnitude against key uniqueness", low=0.0, high=1.0)
 
     def priority(self, view):
-        magnitude = _minmax(key_norm(view), view.valid)
+        magnitude = _minmax(view.keys.float().norm(dim=-1), view.valid)
         uniqueness = _minmax(key_uniqueness(view.keys, view.valid), view.valid)
         return Priority(self.alpha * magnitude + (1 - self.alpha) * uniqueness)
 
@@ -363,10 +357,6 @@ class CAB(Method):
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (
     Dense, RandomEviction, StreamingLLM, LocalStrided, H2O, KNorm, SnapKV, TOVA, CABV3, CABV4, CAB)}
-
-
-def method_names() -> list[str]:
-    return sorted(METHODS)
 
 
 def make_method(name, **params) -> Method:

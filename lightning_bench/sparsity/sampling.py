@@ -24,9 +24,7 @@ def draw_seed(seed: int, index: int, draw: int) -> int:
 
 def draw_generator(seed: int, index: int, draw: int, temperature: float) -> Optional[torch.Generator]:
     """A CPU generator seeded by `draw_seed`, or None for greedy decoding (which draws nothing)."""
-    if temperature <= 0:
-        return None
-    return torch.Generator(device="cpu").manual_seed(draw_seed(seed, index, draw))
+    return None if temperature <= 0 else torch.Generator(device="cpu").manual_seed(draw_seed(seed, index, draw))
 
 
 def sample_token(logits: torch.Tensor, temperature: float, top_p: float, gen) -> int:

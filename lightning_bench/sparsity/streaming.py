@@ -3,17 +3,13 @@
 A text is read the way a model serving a long stream reads it: in chunks of `chunk_size` tokens, on a
 KV cache that is compressed as it grows. The tokens of chunk k attend to the compressed cache of
 chunks 0..k-1 and, causally, to each other; after every `interval`-th chunk the cache is compressed
-to the budget, (1 - sparsity) * n slots per row with n the tokens seen so far (rounded up, or down with
-`rounding="floor"`), or a fixed `budget_tokens` (capped at n). So every token is scored on what survived of its past, and the
-perplexity of the logits is the quality a method keeps at that cache size.
+to the budget (engine.Budget) of the n tokens seen so far, capped at n. So every token is scored on
+what survived of its past, and the perplexity of the logits is the quality a method keeps at that cache size.
 
 - chunk_size 1 is exact per-token streaming: the cache is compressed before every token.
 - a larger chunk is faster (one forward per chunk) but its tokens see each other uncompressed, so the
   cache a token attends is up to chunk_size - 1 slots larger than the budget.
 - sparsity 0 (or the dense method) never compresses: the logits are those of one dense forward.
-
-The first token is the engine's prefill, every later piece of text an engine `feed`, each compression
-the engine's `compress` (with `rerotate`, decode.Rerotate), as in `generate_with_eviction`.
 
 `StreamingEviction` is the same schedule attached to a LanguageModule's evaluation for a block, as a
 kvpress press is applied: `with eviction.applied(model):` makes it the module's `evaluation` (whose
@@ -35,21 +31,19 @@ import torch
 
 from lightning_bench.errors import ConfigError
 from lightning_bench.sparsity.capture import AttentionRecorder
-from lightning_bench.sparsity.decode import Every, compression
+from lightning_bench.sparsity.decode import Compress
 from lightning_bench.sparsity.engine import Budget, KVEngine, KVRecord, check_rows, positive_int
 from lightning_bench.sparsity.methods import Method
-
-StreamingStats = KVRecord  # the record `streaming_logits` returns (the engine's one record type)
 
 
 def check_streaming_args(method: Union[str, Method], sparsity: Optional[float], budget_tokens: Optional[int],
                          chunk_size: int, interval: int = 1, method_params: Optional[dict] = None,
-                         rounding: str = "ceil") -> tuple[Method, Optional[float]]:
-    """(the Method, the sparsity to use) after checking every argument; one-line ConfigErrors otherwise."""
+                         rounding: str = "ceil") -> Budget:
+    """The Budget after checking every argument of a streaming run; one-line ConfigErrors otherwise."""
     plan = Budget.build(method, sparsity, budget_tokens, rounding, method_params)
     positive_int("chunk_size", chunk_size)
     positive_int("interval", interval)
-    return plan.method, plan.sparsity
+    return plan
 
 
 def _kept_positions(logits_to_keep, T: int) -> Optional[torch.Tensor]:
@@ -62,7 +56,7 @@ def _kept_positions(logits_to_keep, T: int) -> Optional[torch.Tensor]:
 
 
 def _read(engine: KVEngine, input_ids: torch.Tensor, chunk_size: int, keep: Optional[torch.Tensor],
-          schedule: Every, evicts: bool) -> tuple[list, list]:
+          schedule: Compress, evicts: bool) -> tuple[list, list]:
     """Feed the text chunk by chunk; (logit pieces, slots attended by each token)."""
     B, T = input_ids.shape
     pieces, lengths = [], []
@@ -82,7 +76,7 @@ def _read(engine: KVEngine, input_ids: torch.Tensor, chunk_size: int, keep: Opti
         lengths.extend(range(cached + 1, cached + hi - lo + 1))
         engine.meter()
         if evicts and hi < T and schedule.due(chunk):
-            schedule.compress(engine)
+            schedule(engine)
     return pieces, lengths
 
 
@@ -95,13 +89,11 @@ def streaming_logits(net, input_ids: torch.Tensor, attention_mask: Optional[torc
     """Logits of `input_ids` read as a stream on a KV cache compressed by `method` (see module docstring).
 
     Args:
-        net: a transformers causal LM with a KV cache, or a LanguageModule whose `.net` is one.
-        input_ids: (B, T). attention_mask: (B, T) right padding only (None = none). Padding is fed like
-            text (it follows every real token of its row, so no real token sees it); its logits mean nothing.
-        method / method_params: a registry name (methods.METHODS) and its parameters, or a Method.
-        sparsity: fraction of the tokens seen so far that is evicted, in [0, 1). budget_tokens: keep a fixed
-            number of tokens instead (a budget at or above the text length keeps everything). Exactly one
-            of the two for an evicting method; neither for dense. rounding: "ceil" or "floor" (cache.budget).
+        net: as KVEngine's. input_ids: (B, T). attention_mask: (B, T) right padding only (None = none).
+            Padding is fed like text (it follows every real token of its row, so no real token sees it);
+            its logits mean nothing.
+        method, method_params, sparsity, budget_tokens, rounding: as Budget.build (a budget at or above the
+            text length keeps everything).
         chunk_size: tokens per forward (1 = per-token streaming). interval: compress after every
             `interval`-th chunk. rerotate: re-rotate kept keys to contiguous positions at each compression.
         logits_to_keep: optional sorted 1-D positions; then only those logits are computed and returned
@@ -113,20 +105,18 @@ def streaming_logits(net, input_ids: torch.Tensor, attention_mask: Optional[torc
         counted_tokens (over the counted tokens) and chunks).
     """
     engine = KVEngine(net)
-    method, sparsity = check_streaming_args(method, sparsity, budget_tokens, chunk_size, interval, method_params,
-                                            rounding)
-    plan = Budget(method, sparsity, budget_tokens, rounding)
+    plan = check_streaming_args(method, sparsity, budget_tokens, chunk_size, interval, method_params, rounding)
     mask = check_rows(input_ids, attention_mask, "right").bool()
     if scored is not None and scored.shape != input_ids.shape:
         raise ConfigError(f"scored {tuple(scored.shape)} does not match input_ids {tuple(input_ids.shape)}")
     keep = _kept_positions(logits_to_keep, input_ids.shape[1])
     engine.check_rope(rerotate)
-    engine.recorder = AttentionRecorder.for_method(method)
-    evicts = method.evicts and (budget_tokens is not None or sparsity > 0)
+    engine.recorder = AttentionRecorder.for_method(plan.method)
+    evicts = plan.method.evicts and (budget_tokens is not None or plan.sparsity > 0)
     with engine.evaluating():
         start = engine.clock()
         pieces, lengths = _read(engine, input_ids.to(engine.device), chunk_size, keep,
-                                Every(compression(plan, rerotate), interval), evicts)
+                                Compress(plan, rerotate, interval), evicts)
         record = engine.record
         record.decode_seconds = engine.clock() - start
     record.cache_lengths = lengths
@@ -146,8 +136,7 @@ def _cache_means(lengths: list, counted: torch.Tensor, chunks: int) -> dict:
 
 
 def new_totals() -> dict:
-    """Sums over forwards: cache slots / dense slots attended x tokens, counted tokens, peak KV bytes
-    (evicted and dense), compressions, chunk forwards."""
+    """Sums over forwards: slots (cache, dense) attended x tokens, tokens, peak KV bytes, compressions, chunks."""
     return {"cache": 0.0, "dense": 0.0, "tokens": 0, "peak": 0, "dense_peak": 0, "compressions": 0, "forwards": 0}
 
 
@@ -171,9 +160,8 @@ class StreamingEviction:
               chunk_size: int = 1, interval: int = 1, rerotate: bool = False,
               method_params: Optional[dict] = None, rounding: str = "ceil") -> "StreamingEviction":
         """Checked arguments (one-line ConfigErrors); `method` is a registry name or a Method."""
-        built, ratio = check_streaming_args(method, ratio, budget_tokens, chunk_size, interval, method_params,
-                                            rounding)
-        return cls(built, ratio, budget_tokens, chunk_size, interval, bool(rerotate), rounding)
+        plan = check_streaming_args(method, ratio, budget_tokens, chunk_size, interval, method_params, rounding)
+        return cls(plan.method, plan.sparsity, budget_tokens, chunk_size, interval, bool(rerotate), rounding)
 
     def settings(self) -> dict:
         return {**self.method.describe(), "ratio": self.ratio, "budget_tokens": self.budget_tokens,

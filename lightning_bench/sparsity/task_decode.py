@@ -15,7 +15,7 @@ records those of every method given (one recorder per distinct `Needs`, each exa
 alone) and `continue_prompt` continues a `KVEngine.copy` of it with one method, which gives the tokens of
 separate calls (tests/test_task_decode.py) at a fraction of the cost: the downstream command prefills each
 example once per (task, protocol, seed). With `interval` > 0 the cache is re-compressed every `interval`
-decoding steps (decode.Every) to (1 - sparsity) of everything seen or `budget_tokens`; with 0 only the
+decoding steps (decode.Compress) to (1 - sparsity) of everything seen or `budget_tokens`; with 0 only the
 first compression happens and statistics stop being recorded after it. Sparsity 0 never compresses, so
 it reproduces dense decoding token for token. Decoding and stops are sampling.Decoding, the rule of
 `lightning_bench test --task`.
@@ -34,20 +34,17 @@ import torch
 
 from lightning_bench.errors import ConfigError
 from lightning_bench.sparsity.capture import AttentionRecorder, RecorderFanOut
-from lightning_bench.sparsity.decode import Compress, Every, Rerotate, compression
+from lightning_bench.sparsity.decode import Compress
 from lightning_bench.sparsity.engine import Budget, KVEngine, KVRecord, positive_int
 from lightning_bench.sparsity.methods import Method, make_method
 from lightning_bench.sparsity.sampling import Decoding
 
 PROTOCOLS = ("query_aware", "query_agnostic")
-# the record of `continue_prompt`, figures: context_tokens, question_tokens, compressed_tokens (what the first
-# compression applied to), kept_tokens (the slots it kept), kv_bytes_prefill
-TaskGeneration = KVRecord
 
 
 def _as_row(ids, name: str, allow_empty: bool) -> torch.Tensor:
-    """`ids` as a (1, T) long tensor (a 1-D sequence is taken as one row); batch 1 only."""
-    ids = torch.as_tensor(ids)
+    """`ids` as a (1, T) long tensor (a 1-D sequence is taken as one row, None as no tokens); batch 1 only."""
+    ids = torch.empty(1, 0, dtype=torch.long) if ids is None else torch.as_tensor(ids)
     if ids.dim() == 1:
         ids = ids[None]
     if ids.dim() != 2 or ids.shape[0] != 1:
@@ -60,14 +57,12 @@ def _as_row(ids, name: str, allow_empty: bool) -> torch.Tensor:
     return ids.long()
 
 
-def _check_fixed_budget(budget_tokens: Optional[int], Tc: int, Tq: int, protocol: str) -> int:
+def _check_fixed_budget(plan: Budget, Tc: int, Tq: int, protocol: str) -> int:
     """The tokens the first compression applies to; a fixed budget larger than them is a one-line error."""
     agnostic = protocol == "query_agnostic" and Tq > 0
     compressed = Tc if agnostic else Tc + Tq
-    if budget_tokens is not None and budget_tokens > compressed:
-        what = "the context" if agnostic else "the context + question"
-        raise ConfigError(f"--sparsity.budget_tokens {budget_tokens} is larger than {what} ({compressed} tokens, "
-                          f"protocol {protocol}); lower it or use a longer context")
+    plan.fits(compressed, f"{'the context' if agnostic else 'the context + question'} ({compressed} tokens, "
+                          f"protocol {protocol})")
     return compressed
 
 
@@ -95,10 +90,6 @@ class PrefilledPrompt:
     def state(self):
         return self.engine.state
 
-    @property
-    def compressed_tokens(self) -> int:
-        return self.context_tokens if self.agnostic else self.context_tokens + self.question_tokens
-
 
 @torch.no_grad()
 def prefill_prompt(net, context_ids: torch.Tensor, question_ids: Optional[torch.Tensor] = None,
@@ -110,8 +101,7 @@ def prefill_prompt(net, context_ids: torch.Tensor, question_ids: Optional[torch.
     if protocol not in PROTOCOLS:
         raise ConfigError(f"unknown KV-cache protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
     context_ids = _as_row(context_ids, "context_ids", allow_empty=False)
-    question_ids = _as_row(question_ids if question_ids is not None else torch.empty(1, 0, dtype=torch.long),
-                           "question_ids", allow_empty=True)
+    question_ids = _as_row(question_ids, "question_ids", allow_empty=True)
     made = [make_method(m, **(method_params or {}).get(getattr(m, "name", m), {})) for m in methods]
     recorders = {m.needs: AttentionRecorder(m.needs) for m in made if m.needs}
     Tc, Tq = context_ids.shape[1], question_ids.shape[1]
@@ -127,33 +117,6 @@ def prefill_prompt(net, context_ids: torch.Tensor, question_ids: Optional[torch.
                            engine.state.kv_bytes(), seconds)
 
 
-def _decode(engine: KVEngine, prompt: PrefilledPrompt, first: Union[Compress, Rerotate], schedule: Every,
-            decoding: Decoding) -> tuple[list[int], Optional[str], float]:
-    """First compression, the question (query_agnostic), then decoding; (tokens, stop reason, decode start)."""
-    first(engine)
-    engine.record.figures["kept_tokens"] = int(engine.state.n_valid.sum())
-    if not schedule.interval:
-        engine.recorder = None  # no later compression reads the statistics: stop computing them
-    engine.meter()
-    logits = prompt.logits
-    if prompt.agnostic:
-        logits = engine.feed(prompt.question_ids, logits_to_keep=1)[:, -1]
-        engine.meter()
-    tokens = [decoding.pick(logits[0])]
-    decode_start = engine.clock()
-    stopped = decoding.stop_reason(tokens)
-    while stopped is None and len(tokens) < decoding.max_new_tokens:
-        step = len(tokens) - 1  # decoding steps done so far
-        if step and schedule.due(step):
-            schedule.compress(engine)
-        logits = engine.step(torch.tensor([tokens[-1]], device=engine.device))
-        engine.meter()
-        tokens.append(decoding.pick(logits[0]))
-        stopped = decoding.stop_reason(tokens)
-    return tokens, stopped, decode_start
-
-
-@torch.no_grad()
 def continue_prompt(net, prompt: PrefilledPrompt, method: Union[str, Method] = "dense", *,
                     sparsity: Optional[float] = None, budget_tokens: Optional[int] = None, interval: int = 0,
                     max_new_tokens: int = 32, stop_ids=frozenset(), stop_strings=(), tokenizer=None,
@@ -162,22 +125,48 @@ def continue_prompt(net, prompt: PrefilledPrompt, method: Union[str, Method] = "
                     rerotate: bool = False) -> KVRecord:
     """Compress `prompt`'s cache with `method` and generate (arguments as `generate_for_task`). With
     `reuse` the prompt is left as it was (the engine continues a copy), so another method can continue it
-    again; reuse=False consumes it."""
+    again; reuse=False consumes it. The record's figures: context_tokens, question_tokens, compressed_tokens
+    (what the first compression applied to), kept_tokens (the slots it kept), kv_bytes_prefill."""
     plan = Budget.build(method, sparsity, budget_tokens, rounding, method_params)
     positive_int("interval", interval, minimum=0)
     decoding = Decoding(max_new_tokens, temperature, top_p, generator, stop_ids, stop_strings, tokenizer).check()
+    return _continue(prompt, plan, interval, decoding, reuse, rerotate)
+
+
+@torch.no_grad()
+def _continue(prompt: PrefilledPrompt, plan: Budget, interval: int, decoding: Decoding, reuse: bool,
+              rerotate: bool) -> KVRecord:
     method = plan.method
     if method.needs and method.needs not in prompt.recorders:
         raise ConfigError(f"the prompt was prefilled without the attention statistics {method.name!r} reads "
                           f"({', '.join(method.needs.names())}); pass it to prefill_prompt(methods=...)")
-    compressed = _check_fixed_budget(budget_tokens, prompt.context_tokens, prompt.question_tokens, prompt.protocol)
+    compressed = _check_fixed_budget(plan, prompt.context_tokens, prompt.question_tokens, prompt.protocol)
     recorder = prompt.recorders.get(method.needs) if method.needs else None
     engine = prompt.engine.copy(recorder) if reuse else prompt.engine
     engine.recorder = engine.recorder if reuse else recorder
-    step = compression(plan, rerotate)
+    schedule = Compress(plan, rerotate, interval)
     with engine.evaluating():
         start = engine.clock()
-        tokens, stopped, decode_start = _decode(engine, prompt, step, Every(step, interval), decoding)
+        schedule(engine)  # the first compression, then the question (query_agnostic), then decoding
+        engine.record.figures["kept_tokens"] = int(engine.state.n_valid.sum())
+        if not interval:
+            engine.recorder = None  # no later compression reads the statistics: stop computing them
+        engine.meter()
+        logits = prompt.logits
+        if prompt.agnostic:
+            logits = engine.feed(prompt.question_ids, logits_to_keep=1)[:, -1]
+            engine.meter()
+        tokens = [decoding.pick(logits[0])]
+        decode_start = engine.clock()
+        stopped = decoding.stop_reason(tokens)
+        while stopped is None and len(tokens) < decoding.max_new_tokens:
+            step = len(tokens) - 1  # decoding steps done so far
+            if step and schedule.due(step):
+                schedule(engine)
+            logits = engine.step(torch.tensor([tokens[-1]], device=engine.device))
+            engine.meter()
+            tokens.append(decoding.pick(logits[0]))
+            stopped = decoding.stop_reason(tokens)
         end = engine.clock()
     record = engine.record
     record.tokens, record.stopped = tokens, stopped
@@ -199,12 +188,10 @@ def generate_for_task(net, context_ids: torch.Tensor, question_ids: Optional[tor
     """Generate the answer to one prompt (context + question) with `method` compressing the KV cache.
 
     Args:
-        net: a transformers causal LM with a KV cache, or a LanguageModule whose `.net` is one.
-        context_ids: (1, Tc) the context (document) tokens; question_ids: (1, Tq), or None / empty.
-        method: registry name (methods.METHODS) or a Method instance; method_params: its parameters.
-        sparsity: fraction of the cache evicted, in [0, 1); budget_tokens: a fixed number of slots kept
-            instead (<= the tokens the first compression applies to). Exactly one of the two; neither for
-            dense. rounding: how (1 - sparsity) * n is rounded ("ceil" or "floor", cache.budget).
+        net: as KVEngine's. context_ids: (1, Tc) the context (document) tokens; question_ids: (1, Tq), or
+            None / empty.
+        method, method_params, sparsity, budget_tokens, rounding: as Budget.build; budget_tokens at most the
+            tokens the first compression applies to.
         protocol: "query_aware" or "query_agnostic" (module docstring).
         interval: re-compress every `interval` decoding steps (0: only the first compression).
         max_new_tokens: most tokens generated; stop_ids: token ids that end the generation (kept in
@@ -215,12 +202,9 @@ def generate_for_task(net, context_ids: torch.Tensor, question_ids: Optional[tor
     # every argument is checked before the (possibly long) prefill
     plan = Budget.build(method, sparsity, budget_tokens, rounding, method_params)
     positive_int("interval", interval, minimum=0)
-    Decoding(max_new_tokens, temperature, top_p, generator, stop_ids, stop_strings, tokenizer).check()
+    decoding = Decoding(max_new_tokens, temperature, top_p, generator, stop_ids, stop_strings, tokenizer).check()
     if budget_tokens is not None:  # a fixed budget larger than the first compression's span: one line, before the prefill
         Tq = 0 if question_ids is None else _as_row(question_ids, "question_ids", allow_empty=True).shape[1]
-        _check_fixed_budget(budget_tokens, _as_row(context_ids, "context_ids", allow_empty=False).shape[1], Tq, protocol)
+        _check_fixed_budget(plan, _as_row(context_ids, "context_ids", allow_empty=False).shape[1], Tq, protocol)
     prompt = prefill_prompt(net, context_ids, question_ids, protocol, [plan.method])
-    return continue_prompt(net, prompt, plan.method, sparsity=sparsity, budget_tokens=budget_tokens, interval=interval,
-                           max_new_tokens=max_new_tokens, stop_ids=stop_ids, stop_strings=stop_strings,
-                           tokenizer=tokenizer, temperature=temperature, top_p=top_p, generator=generator,
-                           rounding=rounding, reuse=False, rerotate=rerotate)
+    return _continue(prompt, plan, interval, decoding, reuse=False, rerotate=rerotate)

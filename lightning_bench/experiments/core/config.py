@@ -9,8 +9,9 @@ Environment defaults are jsonargparse's omegaconf interpolation in the YAML:
 The argparse spellings of the earlier commands are the parser's own (no argument list is rewritten):
 hyphenated names (`--context-length`) are aliases of their options, a list option takes space-separated
 values (`--methods dense h2o`, `--seeds 1 2 3`) and a boolean one may stand bare (`--rerotate`).
-Deprecated options (docs/experiments.md's table) are fields a config class names in `DEPRECATED`; after
-parsing, each one given is moved to its new field with one `lightning_bench: note:` line on stderr.
+Deprecated options (docs/experiments.md's table) are a config class's `DEPRECATED` table {old: Renamed(new)}:
+each old name is an option of the parser (so a YAML key too) but no field; after parsing, each one given is
+moved to its new field with one `lightning_bench: note:` line on stderr.
 
 Every error is one `lightning_bench: error: COMMAND: ...` line (a ConfigError, printed by cli.main).
 
@@ -95,7 +96,13 @@ def parse_command(command: str, config_class: type, argv: list[str], description
         check_config_file(command, path)
     parser.add_argument("--config", action=ActionConfigFile, help="a YAML preset of this command's options")
     parser.add_class_arguments(config_class, nested_key=None, fail_untyped=True, sub_configs=True)
-    _add_spellings(parser, config_class)
+    deprecated = getattr(config_class, "DEPRECATED", {})
+    hints = typing.get_type_hints(config_class)
+    hints.update({old: Optional[renamed.type or hints[renamed.new]] for old, renamed in deprecated.items()})
+    for old, renamed in deprecated.items():  # an option (and YAML key) of its own, moved after parsing
+        parser.add_argument(f"--{old}", type=hints[old], default=None,
+                            help=f"deprecated: use --{renamed.new}{renamed.hint}")
+    _add_spellings(parser, config_class, hints)
     try:
         namespace = parser.parse_args(list(argv))
     except Exception as err:  # noqa: BLE001 - omegaconf's interpolation errors pass through jsonargparse
@@ -105,7 +112,6 @@ def parse_command(command: str, config_class: type, argv: list[str], description
         reason = str(err).splitlines()[0].removeprefix("KeyError raised while resolving interpolation: ")
         raise ConfigError(f"{command}: {where}: {reason.strip(chr(34))} (set it, give a default as "
                           "${oc.env:VAR,default}, or override the option on the command line)") from err
-    deprecated = getattr(config_class, "DEPRECATED", {})
     _move_deprecated(parser, namespace, deprecated)
     files = [Path(str(f)) for f in (namespace.pop("config", None) or []) if f is not None]
     resolved = json.loads(json.dumps(namespace.as_dict(), default=str))  # plain data: lists, not tuples
@@ -169,10 +175,9 @@ def _kind(hint) -> Optional[type]:
     return bool if hint is bool else None
 
 
-def _add_spellings(parser: _OneLineParser, config_class: type) -> None:
+def _add_spellings(parser: _OneLineParser, config_class: type, hints: dict) -> None:
     """The argparse spellings as the parser's own: `--context-length` an alias of `--context_length`,
     space-separated list values, bare boolean flags, and `LEGACY_OPTIONS` (e.g. `--method-param`)."""
-    hints = typing.get_type_hints(config_class)
     parser.spaced = {name: _kind(hint) for name, hint in hints.items() if _kind(hint) is not None}
     for action in list(parser._actions):
         for option in list(action.option_strings):
@@ -187,11 +192,12 @@ def _add_spellings(parser: _OneLineParser, config_class: type) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Renamed:
-    """A deprecated field: its value moves to `new` (through `convert`) after parsing, with one note."""
+    """A deprecated option: its value moves to `new` (through `convert`) after parsing, with one note."""
 
     new: str
     convert: Optional[typing.Callable] = None
     hint: str = ""  # what the note adds, e.g. how the old value maps
+    type: object = None  # the old option's type where it is not the new one's (e.g. one seed for a list)
 
 
 def _move_deprecated(parser, namespace, deprecated: dict[str, Renamed]) -> None:

@@ -13,7 +13,6 @@ same groups to `compute` in other processes: the locks keep two processes off on
 
 from __future__ import annotations
 
-import functools
 from contextlib import closing
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -47,36 +46,26 @@ def sayer(command: str, grid: list) -> Say:
     return say
 
 
-def once(build: Callable[[], Any]) -> Callable[[], Any]:
-    """`build()` on the first call and its result on every later one: a model loaded once per process,
-    and only by a process that has a cell to compute."""
-    return functools.cache(build)
-
-
-def groups_of(works: list[Work]) -> list[list[Work]]:
-    """The works of each group, groups in the order of their first cell."""
-    out: dict[str, list[Work]] = {}
+def _finished(works: list[Work], store: CellStore, check, say: Say, text: str) -> dict[str, dict]:
+    """{key: record} of the cells a run finished, then each said (`text` formatted with its path); one made
+    under other settings (or refused by `check`) is an error."""
+    out = {}
     for work in works:
-        out.setdefault(work.group, []).append(work)
-    return list(out.values())
-
-
-def _finished(work: Work, store: CellStore, check) -> Optional[dict]:
-    """The cell's record if a run finished it; made under other settings (or refused by `check`): an error."""
-    record = store.read(work.cell, work.settings)
-    if record is not None and check:
-        check(work, record)
-    return record
+        if (record := store.read(work.cell, work.settings)) is not None:
+            out[work.key] = record
+            if check:
+                check(work, record)
+    for work in works:
+        if work.key in out:
+            say(work.cell, text.format(store.path(work.cell)))
+    return out
 
 
 def run_group(group: list[Work], compute: Compute, store: CellStore, say: Say,
               check: Optional[Callable[[Work, dict], None]] = None) -> dict[str, dict]:
     """One group, with its lock held: cells another run finished meanwhile are read, the rest computed
     and written (atomically, checksummed); the group's progress file goes once its cells are written."""
-    records = {work.key: record for work in group if (record := _finished(work, store, check)) is not None}
-    for work in group:
-        if work.key in records:
-            say(work.cell, f"done by another run ({store.path(work.cell)})")
+    records = _finished(group, store, check, say, "done by another run ({})")
     todo = [work for work in group if work.key not in records]
     if todo:
         for work, record in zip(todo, compute(todo)):
@@ -102,11 +91,12 @@ def run_grid(works: list[Work], store: CellStore, compute: Compute, say: Say,
     """{cell key: record} of every cell of the grid, in grid order. Before anything runs, every finished
     cell is read: one made under other settings is refused (`check` may refuse more), a damaged one set
     aside; the cells left, by group, go to the executor."""
-    finished = {work.key: record for work in works if (record := _finished(work, store, check)) is not None}
+    finished = _finished(works, store, check, say, "skipped (done before: {})")
+    groups: dict[str, list[Work]] = {}  # by group, groups in the order of their first cell
     for work in works:
-        if work.key in finished:
-            say(work.cell, f"skipped (done before: {store.path(work.cell)})")
-    pending = groups_of([work for work in works if work.key not in finished])
+        if work.key not in finished:
+            groups.setdefault(work.group, []).append(work)
+    pending = list(groups.values())
     made = executor(pending, compute, store, say, check) if pending else {}
     return {work.key: finished.get(work.key) or made[work.key] for work in works}
 

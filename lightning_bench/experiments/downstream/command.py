@@ -9,7 +9,7 @@ compressed by the method to the budget, and the answer generated on the pruned c
 (sparsity/task_decode.py); only the importance function differs between methods. The prefill does
 not depend on the method, so each example is prefilled once per task, protocol and seed and every cell
 of that group continues a copy of it (same tokens as separate runs, tested). The prompts, stops,
-chat template and scores are those of `lightning_bench test --task` (prompts.py, scoring.py); the
+chat template and scores are those of `lightning_bench test --task` (setup.py, scoring.py); the
 group's decoding is decode.py. The grid runs on core/runner.py: one checksummed file per cell in
 `{results_dir}/{name}/cells/` (a finished cell is reused, a damaged one recomputed, one made under other
 settings refused), progress per group in `partial/`. `{name}_results.json` and `{name}_summary.txt`
@@ -33,9 +33,8 @@ from lightning_bench.experiments.core.runner import Work, device_of, run_grid, s
 from lightning_bench.experiments.core.store import CellStore
 from lightning_bench.experiments.downstream.config import DownstreamConfig
 from lightning_bench.experiments.downstream.decode import run_group
-from lightning_bench.experiments.downstream.prompts import TaskPrompts
 from lightning_bench.experiments.downstream.report import log_wandb, write_report
-from lightning_bench.experiments.downstream.setup import model_record, network, prepare
+from lightning_bench.experiments.downstream.setup import TaskPrompts, model_record, network, prepare
 from lightning_bench.profiling.memory import CallPeakMemory
 from lightning_bench.results.io import check_output
 from lightning_bench.results.meta import run_meta
@@ -67,16 +66,11 @@ def group_name(cell) -> str:
     return f"{cell.task.replace('/', '-')}__{cell.protocol}_seed{cell.seed}"
 
 
-def _check_outputs(cfg: DownstreamConfig) -> Path:
-    """The experiment folder, checked before any model loads."""
-    check_output("--results_dir", cfg.results_dir)
-    return check_output("--name", Path(cfg.results_dir) / check_name("--name", cfg.name))
-
-
 def main(argv: list[str]) -> int:
     parsed = parse_command(COMMAND, DownstreamConfig, list(argv), description=DownstreamConfig.__doc__)
     cfg = parsed.config
-    folder = _check_outputs(cfg)
+    check_output("--results_dir", cfg.results_dir)  # the experiment folder, checked before any model loads
+    folder = check_output("--name", Path(cfg.results_dir) / check_name("--name", cfg.name))
     device = device_of(cfg.accelerator)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)

@@ -11,7 +11,7 @@ import torch
 from lightning_bench.errors import PROG
 from lightning_bench.experiments.core.grid import draw_seed
 from lightning_bench.experiments.core.store import Progress
-from lightning_bench.experiments.downstream.prompts import TaskPrompts
+from lightning_bench.experiments.downstream.setup import TaskPrompts
 from lightning_bench.experiments.downstream.scoring import per_example, predictions, primary_metric, score_cell
 
 def _sample_row(sample, pred: dict, draws: list, peak_mb: float) -> dict:

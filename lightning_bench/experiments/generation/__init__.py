@@ -1,8 +1,6 @@
 """`lightning_bench generation` (docs/generation.md): config.py (options and the grid), data.py (the
-test text and the sample windows), measure.py (one sample: timings, memory, cache), report.py
+test text, the sample windows, and one sample's timings, memory and cache), report.py
 (aggregation and paired t-tests over the cell files), command.py (the driver loop)."""
 
-from lightning_bench.experiments.generation.command import main
-from lightning_bench.experiments.generation.measure import ForwardTimer
-
-__all__ = ["main", "ForwardTimer"]
+from lightning_bench.experiments.generation.command import main  # noqa: F401
+from lightning_bench.experiments.generation.data import ForwardTimer  # noqa: F401

@@ -9,7 +9,7 @@
 
 Per cell (method, ratio, context length C, seed): `--num_samples` windows of C + N tokens of the test
 split (data.py), each prefilled densely, compressed, and its reference continuation teacher-forced on
-the pruned cache (measure.py). The grid runs on core/runner.py: one checksummed file per cell,
+the pruned cache (data.py). The grid runs on core/runner.py: one checksummed file per cell,
 `{method}_s{ratio}_ctx{C}_seed{seed}.json`, in `{results_dir}/{name}/` (a finished cell is skipped, one
 made under another protocol or over other windows refused). aggregated_results.json and
 significance_tests.json are recomputed from every cell file of the folder (report.py).
@@ -17,6 +17,7 @@ significance_tests.json are recomputed from every cell file of the folder (repor
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import shlex
@@ -27,11 +28,10 @@ import torch
 from lightning_bench.errors import PROG, ConfigError
 from lightning_bench.experiments.core.aggregate import describe
 from lightning_bench.experiments.core.config import check_name, parse_command
-from lightning_bench.experiments.core.runner import Work, device_of, once, run_grid, sayer
+from lightning_bench.experiments.core.runner import Work, device_of, run_grid, sayer
 from lightning_bench.experiments.core.store import CellStore
 from lightning_bench.experiments.generation.config import GenerationConfig
-from lightning_bench.experiments.generation.data import load_test_text, sample_starts
-from lightning_bench.experiments.generation.measure import measure_cell
+from lightning_bench.experiments.generation.data import load_test_text, measure_cell, sample_starts
 from lightning_bench.experiments.generation.report import METRICS, write_summaries
 from lightning_bench.profiling.memory import CallPeakMemory
 from lightning_bench.results.io import check_output
@@ -109,7 +109,8 @@ def main(argv: list[str]) -> int:
                               f"{' '.join(map(str, cfg.seeds))} draw (seeds take consecutive blocks of one "
                               "permutation: append new seeds at the end); use another --name")
 
-    network = once(lambda: module.build_network(tokenizer.vocab_size).to(device).eval())
+    # built on the first cell computed (a process with nothing to compute never builds it), then reused
+    network = functools.cache(lambda: module.build_network(tokenizer.vocab_size).to(device).eval())
     warmed: set = set()
 
     def measure(cell) -> dict:

@@ -85,22 +85,11 @@ class GenerationConfig:
     """auto (cuda if available), cpu, cuda, cuda:N"""
     threads: Optional[PositiveInt] = None
     """torch intra-op threads (default: torch's); 1 on a shared CPU steadies the timings"""
-    sparsity: Optional[list[Fraction]] = None
-    """deprecated: use --ratios"""
-    experiment_name: Optional[str] = None
-    """deprecated: use --name"""
-    device: Optional[str] = None
-    """deprecated: use --accelerator"""
-    seed: Optional[Seed] = None
-    """deprecated: use --seeds"""
-    num_runs: Optional[PositiveInt] = None
-    """deprecated: use --seeds (N runs are the seeds 42 .. 42+N-1)"""
-    dataset: Optional[str] = None
-    """deprecated: use --data"""
     DEPRECATED: ClassVar[dict] = {
         "sparsity": Renamed("ratios"), "experiment_name": Renamed("name"), "device": Renamed("accelerator"),
-        "seed": Renamed("seeds", lambda seed: [seed]), "dataset": Renamed("data"),
-        "num_runs": Renamed("seeds", lambda n: list(range(FIRST_SEED, FIRST_SEED + n)), " (42 .. 42+N-1)")}
+        "seed": Renamed("seeds", lambda seed: [seed], type=Seed),
+        "num_runs": Renamed("seeds", lambda n: list(range(FIRST_SEED, FIRST_SEED + n)), " (42 .. 42+N-1)",
+                            PositiveInt), "dataset": Renamed("data")}
     LEGACY_OPTIONS: ClassVar[dict] = {("--method-param", "--method_param"): LegacyMethodParam}
 
     def __post_init__(self):

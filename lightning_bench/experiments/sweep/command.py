@@ -29,18 +29,13 @@ from lightning_bench.experiments.core.config import parse_command
 from lightning_bench.experiments.core.runner import Work, run_grid, sayer
 from lightning_bench.experiments.sweep import store
 from lightning_bench.experiments.sweep.config import SweepConfig, check_has_kv_cache, settings_fingerprint
-from lightning_bench.experiments.sweep.report import describe_protocol, markdown_table
-from lightning_bench.experiments.sweep.runner import CellRunner, SweepStopped
+from lightning_bench.experiments.sweep.runner import CellRunner, SweepStopped, describe_protocol, markdown_table
 from lightning_bench.results.io import check_output
 from lightning_bench.results.meta import run_meta
 
 COMMAND = "sweep"
 METRIC = ("token perplexity exp(CE) of the scored tokens; bits_per_token = CE / ln 2; "
           "mean_cache_size = KV slots attended per scored token (itself included)")
-
-
-def _say(message: str) -> None:
-    print(f"{PROG} {COMMAND}: {message}", flush=True)
 
 
 def main(argv: list[str]) -> int:
@@ -102,10 +97,10 @@ def _run_cells(cfg: SweepConfig, results, config: dict, command: str) -> int:
     try:
         run_grid(works, results, compute, say)
     except SweepStopped as stop:
-        _say(f"{stop}; the same command resumes")
+        print(f"{PROG} {COMMAND}: {stop}; the same command resumes", flush=True)
         return 143
     if runner.sigterm:
-        _say(f"received SIGTERM: stopped after {last[-1]}; the same command resumes")
+        print(f"{PROG} {COMMAND}: received SIGTERM: stopped after {last[-1]}; the same command resumes", flush=True)
         return 143
     done = sum(store.finished(doc, c) is not None for c in grid)
     print(f"{PROG} {COMMAND}: {output}: {len(ran)} cells run now, {done}/{len(grid)} of this grid done")

@@ -141,9 +141,7 @@ class SweepConfig:
     """perplexity at each context length, at one sparsity"""
     streaming: Streaming = field(default_factory=Streaming)
     """how each window is read on the compressed cache"""
-    seed: Optional[Seed] = None
-    """deprecated: use seeds"""
-    DEPRECATED: ClassVar[dict] = {"seed": Renamed("seeds", lambda seed: [seed])}
+    DEPRECATED: ClassVar[dict] = {"seed": Renamed("seeds", lambda seed: [seed], type=Seed)}
 
     def __post_init__(self):
         from lightning_bench.sparsity.methods import METHODS

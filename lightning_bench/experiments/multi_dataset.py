@@ -1,0 +1,349 @@
+"""`lightning_bench multi_dataset`: train and test one fit preset on several datasets and seeds.
+
+    lightning_bench multi_dataset --config configs/compare/bk_small.yaml --datasets ptb mine=data/mine \
+        --seeds 1 2 3 [--results_dir benchmark_results] [-- extra fit/test args ...]
+
+`--config` names the fit preset itself (as above), or a multi_dataset YAML with the fields of
+MultiDatasetConfig (`preset`, `datasets`, `seeds`, `results_dir`, `fit_args`).
+
+Each (dataset, seed) cell runs `fit` with `--seed_everything SEED`, then `test` from that fit's
+`last.ckpt`, both in-process through `trainer_cli.run_cli`, and keeps everything in its own folder
+`{results_dir}/multi_dataset/{model}/seed{seed}/{dataset}/` (records, logs, checkpoints). The folder
+is per dataset as well as per seed because two local folders may share a folder name, and a text
+corpus's records are named after its folder.
+
+The summary `{results_dir}/{model}_multi_dataset.json` is rewritten (atomically) after every cell.
+Its numbers are the test records' token perplexities (`metrics.ppl`): per seed, their mean and sample
+standard deviation over seeds per dataset, then the mean and sample standard deviation of the
+per-dataset means across datasets (ddof=1; null where there are fewer than two values). The
+across-dataset figures are null until every cell is done (`complete`).
+
+Resuming: the grid runs on core/runner.py, with the trainer's own records as the store (`RecordStore`):
+a cell whose folder already holds a test record is skipped; a cell whose fit record exists but whose test
+record does not is tested from its checkpoint without training again. A lock per cell keeps two runs into
+one results folder off the same cell. So a killed
+sweep restarts where it stopped, and `--seeds` / `--datasets` can be extended later. A results folder
+that holds a sweep of the same model made with another preset file or other extra arguments is refused
+(its cells would be silently reused).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import json
+import os
+import shlex
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import yaml
+from filelock import FileLock
+
+from lightning_bench.errors import PROG, ConfigError, unknown_name
+from lightning_bench.experiments.core.aggregate import STD_KIND, sample_std
+from lightning_bench.experiments.core.config import Seed, check_name, check_unique, parse_command
+from lightning_bench.experiments.core.runner import Work, run_grid, sayer
+from lightning_bench.results.io import check_output, read_json, write_json_atomic
+from lightning_bench.results.meta import run_meta
+from lightning_bench.results.naming import RUN_ID
+
+COMMAND = "multi_dataset"
+# set per cell by this command: an extra argument that set them would silently break the sweep's layout
+RESERVED = ("--seed_everything", "--results_dir", "--trainer.default_root_dir", "--ckpt_path", "--data",
+            "--data.source", "--data.name", "--data.path", "--data.train_path", "--data.val_path", "--data.test_path")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str  # how the summary and the cell folder call it
+    source: str  # a data alias, or the local folder
+    cli_args: tuple[str, ...]  # what selects it on the fit/test command line
+
+
+def parse_dataset(spec: str) -> DatasetSpec:
+    from lightning_bench.data import DATA_ALIASES
+
+    if "=" in spec:
+        name, folder = spec.split("=", 1)
+        check_name(f"dataset name in {spec!r}:", name)
+        if not Path(folder).is_dir():
+            raise ConfigError(f"dataset {name!r}: folder {folder!r} does not exist")
+        return DatasetSpec(name, folder, ("--data", "text", "--data.path", folder, "--data.name", name))
+    if spec == "text":
+        raise ConfigError("a local text folder is given as NAME=DIR (e.g. mine=data/mine), not `text`")
+    if spec not in DATA_ALIASES:
+        raise unknown_name("dataset", spec, [*(a for a in DATA_ALIASES if a != "text"), "NAME=DIR"])
+    return DatasetSpec(spec, spec, ("--data", spec))
+
+
+@dataclass(frozen=True)
+class Cell:
+    data: DatasetSpec
+    seed: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.data.name}_seed{self.seed}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.data.name} seed {self.seed}"
+
+
+@dataclass
+class MultiDatasetConfig:
+    """Train and test one fit preset on several datasets x seeds; write one summary JSON."""
+
+    preset: Optional[str] = None
+    """the fit config every cell starts from (e.g. configs/compare/bk_small.yaml)"""
+    datasets: list[str] = field(default_factory=list)
+    """data aliases (ptb, wikitext2, ...) or NAME=DIR for a local text folder"""
+    seeds: list[Seed] = field(default_factory=lambda: [1, 2, 3])
+    """seed_everything of each run (default: the comparison recipe's 1 2 3)"""
+    results_dir: str = "benchmark_results"
+    """where the cells' folders and the summary are written"""
+    fit_args: list[str] = field(default_factory=list)
+    """arguments for every fit and test run (on the command line: everything after `--`)"""
+
+    def __post_init__(self):
+        if not self.datasets:
+            raise ConfigError(f"{COMMAND} needs --datasets NAME [NAME ...] (data aliases, or NAME=DIR for a "
+                              "local text folder)")
+        self.data = [parse_dataset(spec) for spec in self.datasets]
+        check_unique("--datasets", [d.name for d in self.data], "dataset")
+        if not self.seeds:
+            raise ConfigError("--seeds is empty; give at least one seed (e.g. --seeds 1 2 3)")
+        check_unique("--seeds", self.seeds, "seed")
+        for arg in self.fit_args:
+            if arg.split("=", 1)[0] in RESERVED:
+                raise ConfigError(f"{arg.split('=', 1)[0]} is set per cell by {COMMAND} (--datasets, --seeds, "
+                                  "--results_dir); leave it out of the arguments after `--`")
+        if self.preset is None:
+            raise ConfigError(f"{COMMAND} needs the fit preset: --config FIT.yaml")
+        if not Path(self.preset).is_file():
+            raise ConfigError(f"config {self.preset!r} does not exist")
+        try:
+            self.preset_yaml = yaml.safe_load(Path(self.preset).read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"config {self.preset!r} is not valid YAML ({type(err).__name__})") from err
+
+
+def preset_as_config(argv: list[str]) -> list[str]:
+    """`--config FIT.yaml` names the fit preset (the command's documented form) unless the file is a
+    multi_dataset config (only MultiDatasetConfig's keys): then jsonargparse reads it as usual."""
+    fields = {f.name for f in dataclasses.fields(MultiDatasetConfig)}
+    out = list(argv)
+    for i, arg in enumerate(out[:-1]):
+        if arg == "--config":
+            try:
+                loaded = yaml.safe_load(Path(out[i + 1]).read_text())
+            except (OSError, yaml.YAMLError):
+                loaded = None
+            if not (isinstance(loaded, dict) and loaded and set(loaded) <= fields):
+                out[i] = "--preset"
+    return out
+
+
+def model_name_of(preset: dict, extra: list[str]) -> str:
+    """The `--model` alias the runs will report (their records' `model_name`), known before any run."""
+    from lightning_bench.models import MODEL_ALIASES
+
+    model = preset.get("model")
+    spec = model.get("class_path") if isinstance(model, dict) else model
+    for i, arg in enumerate(extra):  # the command line wins over the file, as in LightningCLI
+        if arg == "--model" and i + 1 < len(extra):
+            spec = extra[i + 1]
+        elif arg.startswith("--model="):
+            spec = arg.split("=", 1)[1]
+    spec = MODEL_ALIASES.get(spec, spec) if spec else MODEL_ALIASES["transformer"]
+    module, _, name = spec.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module or "lightning_bench.models"), name)
+    except (ImportError, AttributeError) as err:
+        raise ConfigError(f"cannot find model class {spec!r}") from err
+    return getattr(cls, "alias", name)
+
+
+class RecordStore:
+    """The runner's store over the records the trainer writes in each cell's folder
+    `{root}/seed{seed}/{dataset}/`: a cell is done when its folder holds a test record (the layout every
+    earlier run left). `write` hands the finished cell to `on_write` (the summary)."""
+
+    def __init__(self, root: Path, on_write):
+        self.root, self.on_write = root, on_write
+
+    def folder(self, cell: Cell) -> Path:
+        return self.root / f"seed{cell.seed}" / cell.data.name
+
+    def path(self, cell: Cell) -> Path:
+        return _latest_record(self.folder(cell), True) or self.folder(cell)
+
+    def read(self, cell: Cell, settings: dict) -> Optional[dict]:
+        test = _latest_record(self.folder(cell), True)
+        return None if test is None else {"fit": _latest_record(self.folder(cell), False), "test": test}
+
+    def write(self, cell: Cell, settings: dict, record: dict) -> None:
+        self.on_write(cell, record)
+
+    def lock(self, name: str) -> FileLock:
+        (self.root / ".locks").mkdir(parents=True, exist_ok=True)
+        return FileLock(self.root / ".locks" / f"{name}.lock")
+
+    def clear_progress(self, group: str) -> None:
+        pass  # a cell is one fit and one test: Lightning's checkpoints resume inside it
+
+
+def _latest_record(cell: Path, test: bool) -> Optional[Path]:
+    """The cell's latest fit or test record: the file its bare name points at (results/naming.py: each run
+    writes `{stem}_{run_id}.json` and `{stem}.json` names the latest); a pointer whose file is gone is none."""
+    pointers = [p for p in sorted(cell.glob("*.json")) if not RUN_ID.search(p.name) and p.exists()
+                and p.stem.endswith("_test") == test and not p.stem.endswith("_validate")]
+    if not pointers:
+        return None
+    return cell / os.readlink(pointers[0]) if pointers[0].is_symlink() else pointers[0]
+
+
+def _last_checkpoint(cell: Path) -> Optional[Path]:
+    """The newest `last.ckpt` (checkpoints/<configuration>/<run id>/ since runs have ids; one level less before)."""
+    found = sorted(cell.glob("checkpoints/**/last*.ckpt"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
+def _run(argv: list[str]):
+    """One fit or test, in-process; its ResultsRecorder says which record it wrote."""
+    from lightning_bench.results.recorder import ResultsRecorder
+    from lightning_bench.trainer_cli import finish_loggers, run_cli
+
+    print(f"{PROG} {COMMAND}: {PROG} {shlex.join(argv)}", flush=True)
+    cli = run_cli(argv)
+    finish_loggers(cli.trainer)
+    return cli, next(c for c in cli.trainer.callbacks if isinstance(c, ResultsRecorder))
+
+
+def run_cell(base: list[str], data: DatasetSpec, seed: int, cell: Path) -> tuple[Optional[Path], Path]:
+    """Fit (unless a finished fit is there) and test one cell; (fit record, test record)."""
+    common = [*base, "--seed_everything", str(seed), "--results_dir", str(cell),
+              "--trainer.default_root_dir", str(cell)]
+    fit_record, checkpoint = _latest_record(cell, False), _last_checkpoint(cell)
+    if fit_record is None or checkpoint is None:
+        cli, recorder = _run(["fit", *common])
+        fit_record = recorder.written.get("fit")
+        checkpoint = cli.trainer.checkpoint_callback.last_model_path if cli.trainer.checkpoint_callback else None
+        if fit_record is None or not checkpoint:
+            raise ConfigError(f"{data.name} seed {seed}: the fit wrote no record or no last checkpoint "
+                              "(was it interrupted, or checkpointing disabled?)")
+    else:
+        print(f"{PROG} {COMMAND}: {data.name} seed {seed}: fit already done ({fit_record}); testing it")
+    _, recorder = _run(["test", *common, "--ckpt_path", str(checkpoint)])
+    test_record = recorder.written.get("test")
+    if test_record is None:
+        raise ConfigError(f"{data.name} seed {seed}: the test run wrote no record (does {data.source!r} "
+                          "have a test split?)")
+    return Path(fit_record), Path(test_record)
+
+
+def summarize(model: str, cfg: MultiDatasetConfig, cells: dict, config: dict, command: str) -> dict:
+    """The summary from the cells done so far: cells[(dataset name, seed)] = (fit record, test record)."""
+    per_seed, records, parameters = {}, {}, None
+    for data in cfg.data:
+        per_seed[data.name], records[data.name] = {}, {}
+        for seed in cfg.seeds:
+            if (data.name, seed) not in cells:
+                continue
+            fit, test = cells[(data.name, seed)]
+            per_seed[data.name][str(seed)] = read_json(test)["metrics"]["ppl"]
+            records[data.name][str(seed)] = [str(fit) if fit else None, str(test)]
+            if parameters is None and fit is not None:
+                parameters = read_json(fit).get("parameters")
+    # statistics.mean (exact), as the published summaries were computed
+    means = {name: statistics.mean(v.values()) if v else None for name, v in per_seed.items()}
+    done, total = len(cells), len(cfg.data) * len(cfg.seeds)
+    complete = done == total
+    dataset_means = list(means.values())
+    return {
+        "model_name": model,
+        "datasets": [d.name for d in cfg.data],
+        "dataset_sources": {d.name: d.source for d in cfg.data},
+        "seeds": cfg.seeds,
+        "metric": "test token perplexity (each test record's metrics.ppl, under the data's evaluation protocol)",
+        "perplexities": means,
+        "per_seed": per_seed,
+        "std_over_seeds": {name: sample_std(list(v.values())) for name, v in per_seed.items()},
+        "mean_perplexity": statistics.mean(dataset_means) if complete else None,
+        "std_perplexity": sample_std(dataset_means) if complete else None,
+        "std_kind": STD_KIND,
+        "complete": complete,
+        "cells_done": done,
+        "cells_total": total,
+        "records": records,
+        "parameters": parameters,
+        "config": config,
+        "meta": run_meta(seed=cfg.seeds, extra={"command": command}),
+    }
+
+
+def _check_same_sweep(summary_path: Path, config: dict, datasets: list[DatasetSpec]) -> None:
+    if not summary_path.exists():
+        return
+    old = read_json(summary_path)
+    before = old.get("config") or {}
+    # the preset by content (the same file may be named by another relative path)
+    if (before.get("preset_sha256"), before.get("extra_args")) != (config["preset_sha256"], config["extra_args"]):
+        raise ConfigError(f"{summary_path} is a sweep with another preset or extra arguments "
+                          f"({before.get('preset')} {shlex.join(before.get('extra_args') or [])}); "
+                          "use another --results_dir")
+    for data in datasets:
+        previous = old.get("dataset_sources", {}).get(data.name)
+        if previous is not None and previous != data.source:
+            raise ConfigError(f"dataset {data.name!r} was {previous!r} in {summary_path}, now {data.source!r}; "
+                              "rename it or use another --results_dir")
+
+
+def main(argv: list[str]) -> int:
+    own, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (list(argv), None)
+    fit_args = [] if extra is None else ["--fit_args", json.dumps(extra)]  # `--` replaces the config's fit_args
+    cfg = parse_command(COMMAND, MultiDatasetConfig, [*preset_as_config(own), *fit_args],
+                        description=MultiDatasetConfig.__doc__).config
+    check_output("--results_dir", cfg.results_dir)  # before the first fit, not after it
+    extra = cfg.fit_args
+    model = model_name_of(cfg.preset_yaml if isinstance(cfg.preset_yaml, dict) else {}, extra)
+    config = {"preset": cfg.preset, "preset_sha256": hashlib.sha256(Path(cfg.preset).read_bytes()).hexdigest(),
+              "extra_args": extra}
+    results = Path(cfg.results_dir)
+    summary_path = results / f"{model}_multi_dataset.json"
+    _check_same_sweep(summary_path, config, cfg.data)
+    command = shlex.join([PROG, COMMAND, *argv])
+    grid = [Cell(data, seed) for data in cfg.data for seed in cfg.seeds]
+    say = sayer(COMMAND, grid)
+
+    def summary() -> dict:
+        """From every cell done so far (by this run or an earlier one): rewritten after every cell."""
+        done = {cell: store.read(cell, {}) for cell in grid}
+        cells = {(c.data.name, c.seed): (r["fit"], r["test"]) for c, r in done.items() if r is not None}
+        written = summarize(model, cfg, cells, config, command)
+        write_json_atomic(summary_path, written)
+        return written
+
+    store = RecordStore(results / COMMAND / model, lambda cell, record: summary())
+
+    def compute(works: list[Work]) -> list[dict]:
+        cell = works[0].cell
+        say(cell, f"running in {store.folder(cell)}")
+        fit, test = run_cell(["--config", cfg.preset, *cell.data.cli_args, *extra], cell.data, cell.seed,
+                             store.folder(cell))
+        return [{"fit": fit, "test": test}]
+
+    run_grid([Work(cell, {}, cell.key) for cell in grid], store, compute, say)
+    written = summary()
+    print(f"{PROG} {COMMAND}: wrote {summary_path}")
+    for name, mean in written["perplexities"].items():
+        std = written["std_over_seeds"][name]
+        print(f"  {name:<16} test ppl {mean:10.2f}" + (f" +- {std:.2f}" if std is not None else ""))
+    print(f"  {'mean':<16} test ppl {written['mean_perplexity']:10.2f}"
+          + (f" +- {written['std_perplexity']:.2f} (sample std across datasets)"
+             if written["std_perplexity"] is not None else ""))
+    return 0
