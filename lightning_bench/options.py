@@ -9,8 +9,15 @@ each declare the ranges they need without knowing who declared them first.
 
 from __future__ import annotations
 
+import typing
+from pathlib import Path
+from typing import Optional, Union
+
+import yaml
 from jsonargparse import typing as jtyping
 from jsonargparse.typing import restricted_number_type
+
+from lightning_bench.errors import ConfigError
 
 
 def number_range(name: str, base: type, restrictions: list[tuple], docstring: str | None = None) -> type:
@@ -26,3 +33,37 @@ OpenClosedUnitInterval = number_range("OpenClosedUnitInterval", float, [(">", 0.
 ContextTokens = number_range("ContextTokens", int, [(">=", 8)])  # room for a prompt's template and an answer
 # numpy's and Lightning's seed range (seed_everything replaces a seed outside it by a random one)
 Seed = number_range("Seed", int, [(">=", 0), ("<=", 2**32 - 1)])
+
+
+# ---- what every command's jsonargparse parser shares (experiments/core/config.py, data/options.py) -------
+def option_kind(hint) -> Optional[type]:
+    """The item type of a list option, bool for a boolean one, None otherwise (Optional unwrapped): the
+    options that take space-separated values (`--lengths 4096 8192`) or stand bare (`--rerotate`)."""
+    if typing.get_origin(hint) is Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        hint = args[0] if len(args) == 1 else None
+    if typing.get_origin(hint) is list:
+        return (typing.get_args(hint) or (str,))[0]
+    return bool if hint is bool else None
+
+
+def read_config_file(command: str, path) -> dict:
+    """A --config file's mapping; one line naming the file if it is unreadable, not YAML, empty or no
+    mapping (jsonargparse parses the text as `<unicode string>` and says only "Unexpected config")."""
+    expected = f"expected a mapping of {command}'s options (`key: value` lines; see --print_config)"
+    try:
+        loaded = yaml.safe_load(Path(path).read_text())
+    except OSError as err:
+        raise ConfigError(f"{command}: --config {path}: cannot read it ({err.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{command}: --config {path}: not UTF-8 text; {expected}") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ConfigError(f"{command}: --config {path}: not valid YAML: {where}"
+                          f"{getattr(err, 'problem', None) or err}") from None
+    if loaded is None:
+        raise ConfigError(f"{command}: --config {path} is empty; {expected}")
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{command}: --config {path} holds a {type(loaded).__name__}; {expected}")
+    return loaded

@@ -21,6 +21,20 @@ def tiny_model(vocab_size: int, **overrides) -> TransformerLM:
     return TransformerLM(**kwargs)
 
 
+def tiny_llama(vocab_size: int):
+    """A 2-layer GQA Llama (4 query heads over 2 KV heads) in eval mode, seeded. Its init is wider than the
+    default 0.02 so that attention and next-token choices depend on the context."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         initializer_range=0.2, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+                         attn_implementation="sdpa")
+    return LlamaForCausalLM(config).eval()
+
+
 def quiet_trainer(**overrides) -> L.Trainer:
     kwargs = dict(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
                   enable_checkpointing=False)

@@ -114,11 +114,11 @@ def _one_line(command, argv, capsys) -> str:
 
 def test_generate_ruler_errors_are_one_line(tmp_path, capsys):
     assert _one_line(ruler_main, ["--tokenizer", "gpt2"], capsys) == \
-        "generate_ruler: the following arguments are required: --data_dir/--out"
+        "generate_ruler: --data_dir is required (on the command line or in --config)"
     assert _one_line(ruler_main, ["--tokenizer", "gpt2", "--data_dir", "d", "--lengths", "-5"], capsys) == \
-        "generate_ruler: argument --lengths: got '-5'; expected an int > 0"
+        "generate_ruler: --lengths: got '-5'; expected an int > 0"
     assert _one_line(ruler_main, ["--tokenizer", "gpt2", "--data_dir", "d", "--depth", "101"], capsys) == \
-        "generate_ruler: argument --depth: got '101'; expected a float in [0, 100]"
+        "generate_ruler: --depth: got '101'; expected a float in [0, 100] or null"
     # the output is checked first: a missing tokenizer would be the next complaint
     line = _one_line(ruler_main, ["--tokenizer", str(tmp_path / "none"), "--data_dir", PROC], capsys)
     assert line.startswith(f"--data_dir {PROC}: cannot write there")
@@ -127,12 +127,12 @@ def test_generate_ruler_errors_are_one_line(tmp_path, capsys):
 
 def test_infinitebench_generate_errors_are_one_line(tmp_path, capsys):
     assert _one_line(infinitebench_main, ["--tokenizer", "gpt2"], capsys) == \
-        "infinitebench_generate: the following arguments are required: --task, --lengths/--length"
+        "infinitebench_generate: --task, --lengths are required (on the command line or in --config)"
     base = ["--task", "passkey", "--tokenizer", str(tmp_path / "none"), "--lengths", "256"]
-    assert "not allowed with argument --data_dir/--out" in _one_line(
+    assert "give --data_dir DIR or -o/--output FILE, not both" in _one_line(
         infinitebench_main, [*base, "--data_dir", str(tmp_path), "-o", str(tmp_path / "x.jsonl")], capsys)
     assert _one_line(infinitebench_main, [*base, "--depth", "1.5", "-o", "x.jsonl"], capsys) == \
-        "infinitebench_generate: argument --depth: got '1.5'; expected a float in [0, 1]"
+        "infinitebench_generate: --depth: got '1.5'; expected a float in [0, 1]"
     assert _one_line(infinitebench_main, [*base, "--data_dir", PROC], capsys).startswith(
         f"--data_dir {PROC}: cannot write")
     assert _one_line(infinitebench_main, [*base, "-o", str(tmp_path)], capsys) == \
@@ -142,15 +142,17 @@ def test_infinitebench_generate_errors_are_one_line(tmp_path, capsys):
 
 def test_export_documents_errors_are_one_line(tiny_corpus, tmp_path, capsys):
     data = ["--data", "text", "--data.path", str(tiny_corpus)]
-    assert _one_line(export_main, data, capsys) == "export_documents: the following arguments are required: -o/--output"
+    assert _one_line(export_main, data, capsys) == \
+        "export_documents: --output is required (on the command line or in --config)"
     taken = tmp_path / "taken"
     taken.write_text("a file")
     assert _one_line(export_main, [*data, "-o", str(taken / "d.jsonl")], capsys) == \
         f"-o {taken / 'd.jsonl'}: {taken} is a file, not a folder; choose another -o"
     assert _one_line(export_main, [*data, "--data.eval_max_documents", "-1", "-o", str(tmp_path / "d.jsonl")],
-                     capsys) == "--data.eval_max_documents: got -1; expected an int > 0"
+                     capsys) == \
+        "export_documents: --data.eval_max_documents: got '-1'; expected an int > 0 or null"
     assert _one_line(export_main, [*data, "--data.use_hub", "maybe", "-o", str(tmp_path / "d.jsonl")], capsys) == \
-        "export_documents: argument --data.use_hub: got 'maybe'; expected true or false"
+        "export_documents: --data.use_hub: got 'maybe'; expected true or false"
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
     assert str(tmp_path / "list.yaml") in _one_line(export_main, ["-c", str(tmp_path / "list.yaml"), "-o",
                                                                   str(tmp_path / "d.jsonl")], capsys)
@@ -160,4 +162,5 @@ def test_export_documents_errors_are_one_line(tiny_corpus, tmp_path, capsys):
 def test_the_cli_prints_a_data_command_error_as_one_line(tmp_path, capsys):
     code, _, err = run(["infinitebench_generate", "--task", "nope"], capsys)
     assert code == 2 and err.count("\n") == 1 and err.startswith(
-        "lightning_bench: error: infinitebench_generate: argument --task: invalid choice: 'nope'"), err
+        "lightning_bench: error: infinitebench_generate: --task: got 'nope'; expected one of passkey, number_string, "
+        "kv_retrieval"), err

@@ -7,7 +7,9 @@ import torch
 
 from lightning_bench.data.downstream.prompted import PromptedDataModule
 from lightning_bench.errors import ConfigError
+from lightning_bench.data.downstream.requests import encode_generation
 from lightning_bench.evaluation import prompted
+from lightning_bench.sparsity.sampling import sample_token
 from tests.test_downstream import KeepEverything, gpt2, tiny_hf, tiny_module  # noqa: F401 (fixtures)
 
 
@@ -18,14 +20,14 @@ def _batch(gpt2, text="Question: what is it?\n\nAnswer:", rid=0):
 def test_nucleus_sampling_draws_only_from_the_top_p_set_in_proportion():
     logits = torch.tensor([0.5, 0.3, 0.15, 0.05]).log()
     gen = torch.Generator().manual_seed(0)
-    draws = [prompted.sample_token(logits, 1.0, 0.7, gen) for _ in range(4000)]
+    draws = [sample_token(logits, 1.0, 0.7, gen) for _ in range(4000)]
     assert set(draws) == {0, 1}  # 0.5 < 0.7: the token that crosses top_p (index 1) is kept, no more
     assert draws.count(0) / len(draws) == pytest.approx(0.5 / 0.8, abs=0.03)
     # top_p reached exactly by {0, 1}: index 2 is not needed
-    assert set(prompted.sample_token(logits, 1.0, 0.8, gen) for _ in range(500)) == {0, 1}
+    assert set(sample_token(logits, 1.0, 0.8, gen) for _ in range(500)) == {0, 1}
     # temperature -> 0 concentrates on the argmax; top_p 1 keeps every token
-    assert {prompted.sample_token(logits, 0.01, 1.0, gen) for _ in range(200)} == {0}
-    assert set(prompted.sample_token(logits, 1.0, 1.0, gen) for _ in range(2000)) == {0, 1, 2, 3}
+    assert {sample_token(logits, 0.01, 1.0, gen) for _ in range(200)} == {0}
+    assert set(sample_token(logits, 1.0, 1.0, gen) for _ in range(2000)) == {0, 1, 2, 3}
 
 
 @pytest.mark.parametrize("evicting", [False, True])
@@ -61,23 +63,23 @@ def test_a_long_document_loses_its_middle_not_the_instruction_or_question(gpt2):
     document = " ".join(f"w{i}" for i in range(300))
     context = f"Summarize the article.\n\nArticle: {document}\n\nQuestion: who?\n\nSummary:"
     full = len(gpt2.encode(context))
-    row = prompted.encode_generation(gpt2, 0, context, max_length=120, max_new_tokens=20, document=document)
+    row = encode_generation(gpt2, 0, context, max_length=120, max_new_tokens=20, document=document)
     text = gpt2.decode(row.tokens)
     assert len(row.tokens) <= 100 and row.truncated >= full - 100
     assert text.startswith("Summarize the article.\n\nArticle: w0 w1 w2") and text.endswith(
         "w298 w299\n\nQuestion: who?\n\nSummary:")
     assert " w150 " not in text  # the middle went
-    fits = prompted.encode_generation(gpt2, 0, context, max_length=full + 20, max_new_tokens=20, document=document)
+    fits = encode_generation(gpt2, 0, context, max_length=full + 20, max_new_tokens=20, document=document)
     assert fits.truncated == 0 and fits.tokens == gpt2.encode(context)
 
 
 def test_a_prompt_that_cannot_fit_is_a_one_line_error(gpt2):
     context = "Answer the question with a short answer. " * 10 + "Article: short\n\nQuestion: who?\n\nAnswer:"
     with pytest.raises(ConfigError, match="xsum sample 'a'.*without its document do not fit"):
-        prompted.encode_generation(gpt2, 0, context, 40, 20, document="short", label="xsum sample 'a'")
+        encode_generation(gpt2, 0, context, 40, 20, document="short", label="xsum sample 'a'")
     with pytest.raises(ConfigError, match="no document to shorten"):
-        prompted.encode_generation(gpt2, 0, context, 40, 20, cut_left=False)
-    assert prompted.encode_generation(gpt2, 0, context, 40, 20).truncated > 0  # code / k-shot: cut from the left
+        encode_generation(gpt2, 0, context, 40, 20, cut_left=False)
+    assert encode_generation(gpt2, 0, context, 40, 20).truncated > 0  # code / k-shot: cut from the left
 
 
 def test_chat_template_applies_to_instruction_tasks_only(smollm2_dir):

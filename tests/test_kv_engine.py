@@ -15,20 +15,14 @@ from lightning_bench.sparsity.sampling import draw_generator, draw_seed
 from lightning_bench.sparsity.streaming import streaming_logits
 from lightning_bench.sparsity.task_decode import generate_for_task
 from tests.test_downstream import tiny_hf  # noqa: F401 (fixture)
+from tests.helpers import tiny_llama
 
 VOCAB = 256
 
 
 @pytest.fixture(scope="module")
 def net():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         initializer_range=0.2, bos_token_id=None, eos_token_id=None, pad_token_id=None,
-                         attn_implementation="sdpa")
-    return LlamaForCausalLM(config).eval()
+    return tiny_llama(VOCAB)
 
 
 def _ids(n=20, seed=1):

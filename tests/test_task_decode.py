@@ -12,21 +12,14 @@ from lightning_bench.errors import ConfigError
 from lightning_bench.sparsity import METHODS, KVRecord
 from lightning_bench.sparsity.methods import H2O
 from lightning_bench.sparsity.task_decode import PROTOCOLS, continue_prompt, generate_for_task, prefill_prompt
+from tests.helpers import tiny_llama
 
 VOCAB, TC, TQ, N = 512, 15, 6, 8
 
 
 @pytest.fixture(scope="module")
 def net():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    # a wider init than the default 0.02 so that attention and next-token choices depend on the context
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         initializer_range=0.2, bos_token_id=None, eos_token_id=None, pad_token_id=None,
-                         attn_implementation="sdpa")
-    return LlamaForCausalLM(config).eval()
+    return tiny_llama(VOCAB)
 
 
 @pytest.fixture(scope="module")

@@ -40,8 +40,10 @@ def _document_options() -> type:
     hints = typing.get_type_hints(LMDataModule.__init__)
     defaults = {name: p.default for name, p in inspect.signature(LMDataModule.__init__).parameters.items()}
     defaults["source"] = "text"
-    return dataclasses.make_dataclass("DocumentOptions", [(n, hints[n], field(default=defaults[n]))
-                                                          for n in DOCUMENT_OPTIONS])
+    return dataclasses.make_dataclass(
+        "DocumentOptions", [(n, hints[n], field(default=defaults[n])) for n in DOCUMENT_OPTIONS],
+        namespace={"__doc__": "the documents: LMDataModule's options that decide them (see `lightning_bench test "
+                              "--help`); --data ALIAS is --data.source ALIAS"})
 
 
 DocumentOptions = _document_options()

@@ -10,6 +10,8 @@ DIR/<length>/manifest.json (per
 task: generator, rows, what a length counts, shortest and longest row, depths, seed, tokenizer), the sets that
 local_layout_infinitebench.yaml names for `--max_context <length>`; `-o FILE` writes every length into one
 file with FILE.manifest.json beside it (read it with --data.paths).
+The options may also come from `--config FILE` (YAML, the same names; flags after it override it);
+`--print_config` prints the resolved options as such a file and exits.
 
 As OpenBMB/InfiniteBench's data/construct_synthetic_dataset.py builds them:
 - passkey: a haystack of the noise line "The grass is green. The sky is blue. The sun is yellow. Here we go.
@@ -294,7 +296,8 @@ class InfiniteBenchConfig:
 
 def main(argv: list[str]) -> int:
     args = parse_command("infinitebench_generate", InfiniteBenchConfig, argv, __doc__,
-                         spellings={"--lengths": ["--length"], "--output": ["-o"]}, old_spellings={"--out": "--data_dir"})
+                         spellings={"--lengths": ["--length"], "--output": ["-o"]},
+                         old_spellings={"--out": "--data_dir"})
     if args.output and len(args.task) > 1:
         raise ConfigError(f"-o {args.output} holds one task, got --task {' '.join(args.task)}; use --data_dir DIR "
                           "for several")

@@ -23,8 +23,7 @@ import inspect
 import json
 import re
 import typing
-from pathlib import Path
-from typing import Callable, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser, DefaultHelpFormatter, Namespace
@@ -33,8 +32,8 @@ from jsonargparse._actions import _ActionConfigLoad  # the action of a group's o
 from jsonargparse.typing import (ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, OpenUnitInterval, PositiveInt,
                                  restricted_string_type)
 
-from lightning_bench.errors import PROG, ConfigError, deprecated, describe_range, parser_error_line
-from lightning_bench.options import ContextTokens, Fraction, OpenClosedUnitInterval, number_range
+from lightning_bench.errors import PROG, ConfigError, deprecated, describe_range, find_config_error, parser_error_line
+from lightning_bench.options import ContextTokens, Fraction, OpenClosedUnitInterval, number_range, option_kind, read_config_file
 
 __all__ = ["ClosedUnitInterval", "CommandParser", "ConfigFile", "ContextTokens", "DatasetName", "Fraction",
            "NonNegativeFloat", "NonNegativeInt", "OpenClosedUnitInterval", "OpenUnitInterval", "Percent", "PositiveInt",
@@ -105,6 +104,9 @@ class CommandParser(ArgumentParser):
         return super()._get_values(action, arg_strings)
 
     def error(self, message: str, ex: Optional[Exception] = None):
+        inner = find_config_error(ex)
+        if inner is not None:  # already one line (a --config file's, from this parser)
+            raise inner
         missing = re.search(r'Key "([^"]+)" is required|the following arguments are required: (.*)', str(message))
         if missing:  # jsonargparse names the keys: say the flags
             names = (missing.group(1) or missing.group(2)).split(", ")
@@ -128,35 +130,19 @@ def _long(action) -> str:
                 action.option_strings[0])
 
 
-def read_config_file(command: str, path: str) -> dict:
-    """A --config file's mapping; one line naming the file if it is unreadable, not YAML, empty or no
-    mapping (jsonargparse would say only "Unexpected config")."""
-    expected = f"expected a mapping of {command}'s options (`key: value` lines; see --print_config)"
-    try:
-        loaded = yaml.safe_load(Path(path).read_text())
-    except OSError as err:
-        raise ConfigError(f"{command}: --config {path}: cannot read it ({err.strerror})") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{command}: --config {path}: not UTF-8 text; {expected}") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise ConfigError(f"{command}: --config {path}: not valid YAML: {where}"
-                          f"{getattr(err, 'problem', None) or err}") from None
-    if loaded is None:
-        raise ConfigError(f"{command}: --config {path} is empty; {expected}")
-    if not isinstance(loaded, dict):
-        raise ConfigError(f"{command}: --config {path} holds a {type(loaded).__name__}; {expected}")
-    return loaded
-
-
 class ConfigFile(ActionConfigFile):
     """a YAML file of this command's options (the names of the flags, as --print_config writes them); the
     options given after it override it"""
 
     def __call__(self, parser, cfg, values, option_string=None):
         options = self.options(parser.command, str(values))
-        self.apply_config(parser, cfg, self.dest, yaml.safe_dump(options))  # the checked mapping, as YAML text
+        try:
+            self.apply_config(parser, cfg, self.dest, yaml.safe_dump(options))  # the checked mapping, as YAML
+        except (TypeError, ValueError) as err:  # a value in the file (jsonargparse wraps the line): say which file
+            inner, prefix = find_config_error(err), f"{parser.command}: "
+            if inner is None:
+                raise
+            raise ConfigError(f"{prefix}--config {values}: {str(inner).removeprefix(prefix)}") from None
 
     @staticmethod
     def options(command: str, path: str) -> dict:
@@ -177,16 +163,6 @@ class Spelling(argparse.Action):
         if self.old:
             deprecated(option_string, self.new)
         parser._option_string_actions[self.new](parser, namespace, values, self.new)
-
-
-def _list_item(hint) -> Optional[type]:
-    """The item type of a list option (Optional unwrapped), else None."""
-    if typing.get_origin(hint) is Union:
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        hint = args[0] if len(args) == 1 else None
-    if typing.get_origin(hint) is list:
-        return (typing.get_args(hint) or (str,))[0]
-    return None
 
 
 def _plain(value):
@@ -212,13 +188,18 @@ def _field_help(parser: ArgumentParser, config_class: type) -> None:
 
 
 class GroupShorthand(_ActionConfigLoad):
-    """jsonargparse's option of a group (`--data`, which loads the group's options from YAML or a file), which
-    also reads a bare value as one of the group's options: `--data ptb` is `--data.source ptb`."""
+    """jsonargparse's option of a group (`--data`, which loads the group's options from a YAML mapping), which
+    reads any other value as one of the group's options: `--data ptb` is `--data.source ptb` (even where a
+    file is called ptb)."""
 
     option: str = ""
 
     def __call__(self, parser, cfg, values, option_string=None):
-        if isinstance(values, str) and isinstance(yaml.safe_load(values), str) and not Path(values).is_file():
+        try:
+            mapping = isinstance(yaml.safe_load(values), dict)
+        except yaml.YAMLError:
+            mapping = False
+        if not mapping:
             return parser._option_string_actions[self.option](parser, cfg, values, self.option)
         return super().__call__(parser, cfg, values, option_string)
 
@@ -237,13 +218,12 @@ def _add_spelling(parser: ArgumentParser, spelling: str, option: str, old: bool)
 
 def parse_command(command: str, config_class: type, argv: Sequence[str], description: str, *,
                   spellings: Optional[dict[str, Sequence[str]]] = None,
-                  old_spellings: Optional[dict[str, str]] = None, config_file: type = ConfigFile,
-                  more_options: Optional[Callable[[ArgumentParser], None]] = None):
+                  old_spellings: Optional[dict[str, str]] = None, config_file: type = ConfigFile):
     """`argv` parsed into `config_class`, a dataclass whose fields are the options (with docstrings, for
     --help) and whose `__post_init__` checks them together. `spellings`: more names of an option
-    ({"--output": ["-o"], "--data.source": ["--data"]}); `old_spellings`: deprecated ones ({"--out": "--data_dir"}); `config_file`: the
-    --config action; `more_options(parser)`: options declared elsewhere (a DataModule's signature), each
-    group passed to the field of its name as a dict."""
+    ({"--output": ["-o"], "--data.source": ["--data"]}); `old_spellings`: deprecated ones
+    ({"--out": "--data_dir"}); `config_file`: the --config action. A nested dataclass field (a group of
+    options, `--data.path`) arrives as a dict."""
     parser = CommandParser(prog=f"{PROG} {command}", description=description, formatter_class=_RawDescription,
                            exit_on_error=False, parser_mode="yaml")
     parser.command, parser.argv = command, list(argv)
@@ -252,10 +232,8 @@ def parse_command(command: str, config_class: type, argv: Sequence[str], descrip
                         help=" ".join((config_file.__doc__ or "").split()))
     parser.add_class_arguments(config_class, nested_key=None, fail_untyped=True)
     _field_help(parser, config_class)
-    if more_options is not None:
-        more_options(parser)
     hints = typing.get_type_hints(config_class)
-    parser.lists = {name: _list_item(hint) for name, hint in hints.items() if _list_item(hint) is not None}
+    parser.lists = {name: option_kind(hint) for name, hint in hints.items() if option_kind(hint) not in (None, bool)}
     for option, more in spellings.items():
         action = parser._option_string_actions[option]
         for spelling in more:

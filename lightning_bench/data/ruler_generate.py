@@ -8,6 +8,8 @@ target length and any tokenizer, deterministically per seed.
 writes DATA/ruler/<length>/<task>.jsonl (atomically) and a manifest.json per length folder (generator
 settings, tokenizer, sources and their sha256); `--data.data_dir DATA` then reads them as the tasks
 ruler/<task> (split `test` = 4096, or the split named by the length).
+The options may also come from `--config FILE` (YAML, the same names; flags after it override it);
+`--print_config` prints the resolved options as such a file and exits.
 
 Implemented from RULER's published task definitions (the paper's appendix, scripts/synthetic.yaml, the
 task templates of scripts/data/synthetic/constants.py and the generators' rules), not from its code:

@@ -17,7 +17,8 @@ from typing import Optional
 
 import lightning as L
 
-from lightning_bench.evaluation.prompted import REQUEST_KINDS, module_logits, score_batch
+from lightning_bench.data.downstream.requests import REQUEST_KINDS
+from lightning_bench.evaluation.prompted import module_logits, score_batch
 from lightning_bench.evaluation.task_scoring import score_finetuned, score_prompted
 
 # how a prompted score was obtained, written beside it (records' protocol.scoring)

@@ -27,13 +27,9 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from lightning_bench.data.downstream.requests import (REQUEST_KINDS, EncodedRequest, collate,  # noqa: F401
-                                                      cut_document_middle, encode_generation,
-                                                      encode_multiple_choice, fit_document, split_continuation,
-                                                      split_prompt, stop_token_ids)
 from lightning_bench.errors import DivergedError
 from lightning_bench.evaluation.windows import IGNORE_INDEX
-from lightning_bench.sparsity.sampling import Decoding, draw_generator, sample_token  # noqa: F401
+from lightning_bench.sparsity.sampling import Decoding, draw_generator
 
 
 def module_logits(module, input_ids: torch.Tensor, logits_to_keep=None) -> torch.Tensor:

@@ -27,13 +27,14 @@ import json
 import re
 import typing
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional
 
 import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser
 
 from lightning_bench.errors import PROG, ConfigError, deprecated as say_deprecated, parser_error_line
 from lightning_bench.options import ContextTokens, Fraction, OpenClosedUnitInterval, Seed  # noqa: F401 - re-exported
+from lightning_bench.options import option_kind, read_config_file
 PARSER_MODE = "omegaconf"  # `${oc.env:VAR,default}` in presets; otherwise plain YAML
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # a nested config's own error line, quoted among the Union's errors: `Parser key "sparsity_sweep": ... - --x: ...`
@@ -93,7 +94,7 @@ def parse_command(command: str, config_class: type, argv: list[str], description
                             exit_on_error=False)
     parser.argv, parser.command = list(argv), command  # error messages name the flags as typed
     for path in _config_files(argv):
-        check_config_file(command, path)
+        read_config_file(command, path)
     parser.add_argument("--config", action=ActionConfigFile, help="a YAML preset of this command's options")
     parser.add_class_arguments(config_class, nested_key=None, fail_untyped=True, sub_configs=True)
     deprecated = getattr(config_class, "DEPRECATED", {})
@@ -128,27 +129,6 @@ def _config_files(argv: list[str]) -> list[Path]:
     return [Path(v) for v in values if Path(v).is_file()]
 
 
-def check_config_file(command: str, path: Path) -> None:
-    """One line naming the file: jsonargparse parses a config file's text as `<unicode string>` and says
-    only "Unexpected config" for an empty file or a list."""
-    expected = f"expected a mapping of {command}'s options (`key: value` lines; see --print_config)"
-    try:
-        loaded = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise ConfigError(f"{command}: --config {path}: cannot read it ({err.strerror})") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{command}: --config {path}: not UTF-8 text; {expected}") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise ConfigError(f"{command}: --config {path}: not valid YAML: {where}{getattr(err, 'problem', None) or err}"
-                          ) from None
-    if loaded is None:
-        raise ConfigError(f"{command}: --config {path} is empty; {expected}")
-    if not isinstance(loaded, dict):
-        raise ConfigError(f"{command}: --config {path} holds a {type(loaded).__name__}; {expected}")
-
-
 def _plain(value):
     """Restricted ints and floats (jsonargparse.typing) as plain ones, in lists, dicts and nested configs:
     yaml.safe_dump and torch.load(weights_only=True) know only the plain types."""
@@ -165,20 +145,10 @@ def _plain(value):
     return value
 
 
-def _kind(hint) -> Optional[type]:
-    """The item type of a list field, bool for a boolean one, None otherwise (Optional unwrapped)."""
-    if typing.get_origin(hint) is Union:
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        hint = args[0] if len(args) == 1 else None
-    if typing.get_origin(hint) is list:
-        return (typing.get_args(hint) or (str,))[0]
-    return bool if hint is bool else None
-
-
 def _add_spellings(parser: _OneLineParser, config_class: type, hints: dict) -> None:
     """The argparse spellings as the parser's own: `--context-length` an alias of `--context_length`,
     space-separated list values, bare boolean flags, and `LEGACY_OPTIONS` (e.g. `--method-param`)."""
-    parser.spaced = {name: _kind(hint) for name, hint in hints.items() if _kind(hint) is not None}
+    parser.spaced = {name: option_kind(hint) for name, hint in hints.items() if option_kind(hint) is not None}
     for action in list(parser._actions):
         for option in list(action.option_strings):
             alias = option.replace("_", "-")

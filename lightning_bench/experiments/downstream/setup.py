@@ -15,7 +15,7 @@ from lightning_bench.data.downstream.prompted import PromptedDataModule, Request
 from lightning_bench.data.tasks import default_max_length, get_task
 from lightning_bench.data.tasks.requests import Generation
 from lightning_bench.errors import ConfigError
-from lightning_bench.evaluation.prompted import split_prompt
+from lightning_bench.data.downstream.requests import split_prompt
 from lightning_bench.experiments.downstream.config import DownstreamConfig
 from lightning_bench.experiments.downstream.scoring import primary_metric
 
