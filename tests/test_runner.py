@@ -141,6 +141,20 @@ def test_an_old_and_a_new_spelling_together_are_one_error(capsys):
         parse_command("generation", GenerationConfig, [*GENERATION, "--seeds", "1", "--num_runs", "2"], "")
 
 
+def test_an_old_spelling_typed_over_a_presets_new_one_wins_with_one_note(tmp_path, capsys):
+    """An old script's `--sparsity` over a shipped preset that now says `ratios:`: the command line wins, as
+    for any option, with the note; typed the other way round, `--ratios` wins over an old preset's key."""
+    from lightning_bench.experiments.downstream.config import DownstreamConfig
+
+    new_preset, old_preset = tmp_path / "new.yaml", tmp_path / "old.yaml"
+    new_preset.write_text("model: {pretrained: m}\ntasks: [xsum]\nmethods: [h2o]\nratios: [0.5]\n")
+    old_preset.write_text("model: {pretrained: m}\ntasks: [xsum]\nmethods: [h2o]\nsparsity: [0.5]\n")
+    parsed, err = _parsed("downstream", DownstreamConfig, ["--config", str(new_preset), "--sparsity", "0.9"], capsys)
+    assert parsed.config.ratios == [0.9] and err == ["lightning_bench: note: --sparsity is deprecated; use --ratios"]
+    parsed, err = _parsed("downstream", DownstreamConfig, ["--config", str(old_preset), "--ratios", "0.9"], capsys)
+    assert parsed.config.ratios == [0.9] and err == ["lightning_bench: note: --sparsity is deprecated; use --ratios"]
+
+
 def test_downstream_old_spellings_give_the_same_grid(capsys):
     from lightning_bench.experiments.downstream.config import DownstreamConfig
 

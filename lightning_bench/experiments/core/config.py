@@ -113,7 +113,7 @@ def parse_command(command: str, config_class: type, argv: list[str], description
         reason = str(err).splitlines()[0].removeprefix("KeyError raised while resolving interpolation: ")
         raise ConfigError(f"{command}: {where}: {reason.strip(chr(34))} (set it, give a default as "
                           "${oc.env:VAR,default}, or override the option on the command line)") from err
-    _move_deprecated(parser, namespace, deprecated)
+    _move_deprecated(parser, namespace, deprecated, argv)
     files = [Path(str(f)) for f in (namespace.pop("config", None) or []) if f is not None]
     resolved = json.loads(json.dumps(namespace.as_dict(), default=str))  # plain data: lists, not tuples
     resolved = {k: v for k, v in resolved.items() if k not in deprecated}  # records name the current fields
@@ -170,19 +170,23 @@ class Renamed:
     type: object = None  # the old option's type where it is not the new one's (e.g. one seed for a list)
 
 
-def _move_deprecated(parser, namespace, deprecated: dict[str, Renamed]) -> None:
-    """Each deprecated field given (on the command line or in a YAML) goes to its new field: one note each;
-    the new field given too (not its default) is one error line."""
+def _move_deprecated(parser, namespace, deprecated: dict[str, Renamed], argv) -> None:
+    """Each deprecated field given (on the command line or in a YAML) goes to its new field: one note each.
+    Given with the new field too, the command line wins over a --config file (as for any option: an old
+    script's `--sparsity` over a preset's `ratios:`); both on the command line, or both in files, is one
+    error line."""
     defaults = parser.get_defaults()
+    typed = lambda name: any(a.split("=")[0] in (f"--{name}", f"--{name.replace('_', '-')}") for a in argv)
     for old, renamed in deprecated.items():
         value = namespace.get(old)
         if value is None:
             continue
-        if namespace.get(renamed.new) != defaults.get(renamed.new):
+        namespace[old] = None
+        if namespace.get(renamed.new) != defaults.get(renamed.new) and typed(old) == typed(renamed.new):
             raise ConfigError(f"give --{renamed.new} or --{old}, not both")
         say_deprecated(f"--{old}", f"--{renamed.new}{renamed.hint}")
-        namespace[renamed.new] = renamed.convert(value) if renamed.convert else value
-        namespace[old] = None
+        if not typed(renamed.new):
+            namespace[renamed.new] = renamed.convert(value) if renamed.convert else value
 
 
 def check_unique(option: str, values: list, noun: str = "value") -> None:
