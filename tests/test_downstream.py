@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from lightning_bench.data.tokenization import build_tokenizer, offline_gpt2_folder
+from lightning_bench.data.downstream import requests
 from lightning_bench.evaluation import prompted
 from lightning_bench.models import HFLanguageModel
 from tests.conftest import FIXTURES
@@ -58,19 +59,19 @@ def by_hand(module, tokens: list[int], n_continuation: int) -> float:
 
 
 def test_continuation_split_keeps_the_boundary_token_with_the_continuation(gpt2):
-    ctx, cont = prompted.split_continuation(gpt2, "Answer:", " yes")
+    ctx, cont = requests.split_continuation(gpt2, "Answer:", " yes")
     assert gpt2.decode(ctx) == "Answer:" and gpt2.decode(cont) == " yes"
     # "abc" + "def" tokenises as one piece: the continuation starts at the first differing token
     whole = gpt2.encode("the catapult")
-    ctx, cont = prompted.split_continuation(gpt2, "the cat", "apult")
+    ctx, cont = requests.split_continuation(gpt2, "the cat", "apult")
     assert ctx + cont == whole and cont
 
 
 def test_single_token_choices_share_one_row_and_match_per_choice_rows(tiny_module, gpt2):
     context = "The movie was great.\nQuestion: Is this sentence positive or negative?\nAnswer:"
-    grouped = prompted.encode_multiple_choice(gpt2, 0, context, [" negative", " positive"], 512)
+    grouped = requests.encode_multiple_choice(gpt2, 0, context, [" negative", " positive"], 512)
     assert [r.kind for r in grouped] == ["next_token"]
-    out = prompted.score_batch(tiny_module, prompted.collate(grouped, 0))
+    out = prompted.score_batch(tiny_module, requests.collate(grouped, 0))
     ctx = gpt2.encode(context)
     for i, choice in enumerate([" negative", " positive"]):
         (token,) = gpt2.encode(choice)
@@ -79,9 +80,9 @@ def test_single_token_choices_share_one_row_and_match_per_choice_rows(tiny_modul
 
 def test_multi_token_choices_sum_their_tokens_in_a_padded_batch(tiny_module, gpt2):
     context, choices = "Q: capital of France?\nA:", [" Paris", " the city of Lyon"]
-    rows = prompted.encode_multiple_choice(gpt2, 3, context, choices, 512)
+    rows = requests.encode_multiple_choice(gpt2, 3, context, choices, 512)
     assert [r.kind for r in rows] == ["loglikelihood", "loglikelihood"]
-    out = prompted.score_batch(tiny_module, prompted.collate(rows, 0))  # rows differ in length: padding
+    out = prompted.score_batch(tiny_module, requests.collate(rows, 0))  # rows differ in length: padding
     for i, choice in enumerate(choices):
         whole = gpt2.encode(context + choice)
         n = len(whole) - len(gpt2.encode(context))
@@ -90,7 +91,7 @@ def test_multi_token_choices_sum_their_tokens_in_a_padded_batch(tiny_module, gpt
 
 
 def test_left_truncation_keeps_the_continuation(gpt2):
-    rows = prompted.encode_multiple_choice(gpt2, 0, "word " * 50 + "end:", [" a b c", " d e f g"], 16)
+    rows = requests.encode_multiple_choice(gpt2, 0, "word " * 50 + "end:", [" a b c", " d e f g"], 16)
     for row in rows:
         assert len(row.tokens) <= 16 and row.truncated > 0 and row.tokens[row.scored_from + 1:] == row.targets[:-1]
 

@@ -307,7 +307,7 @@ def test_a_set_made_for_a_chat_model_fits_max_context_whole(smollm2_dir, smollm2
     dm = PromptedDataModule(tasks="infinitebench/passkey", data_dir=str(tmp_path), max_context=4096)
     dm.tokenizer = smollm2_tokenizer
     (row,) = dm.rows("infinitebench/passkey", dm.eval_split("infinitebench/passkey"))
-    from lightning_bench.evaluation.prompted import split_prompt
+    from lightning_bench.data.downstream.requests import split_prompt
 
     prompt = dm.render("infinitebench/passkey", build_request("infinitebench/passkey", row).context)
     assert prompt.startswith("<|im_start|>system")  # SmolLM2's chat template, as --chat_template auto applies it

@@ -130,11 +130,13 @@ def _continue(module, prompt, kv, decoding: Decoding, reuse: bool) -> list[int]:
     """One draw on the KV engine: the settings of the downstream command's query-aware cell (interval 0)."""
     from lightning_bench.sparsity.task_decode import continue_prompt
 
-    return continue_prompt(module.net, prompt, kv.method, sparsity=kv.ratio, budget_tokens=kv.budget_tokens,
-                           max_new_tokens=decoding.max_new_tokens, stop_ids=decoding.stop_ids,
-                           stop_strings=decoding.stop_strings, tokenizer=decoding.tokenizer,
-                           temperature=decoding.temperature, top_p=decoding.top_p, generator=decoding.generator,
-                           rounding=kv.rounding, rerotate=kv.rerotate, reuse=reuse).tokens
+    record = continue_prompt(module.net, prompt, kv.method, sparsity=kv.ratio, budget_tokens=kv.budget_tokens,
+                             max_new_tokens=decoding.max_new_tokens, stop_ids=decoding.stop_ids,
+                             stop_strings=decoding.stop_strings, tokenizer=decoding.tokenizer,
+                             temperature=decoding.temperature, top_p=decoding.top_p, generator=decoding.generator,
+                             rounding=kv.rounding, rerotate=kv.rerotate, reuse=reuse)
+    kv.add_generation(record, prompt.engine.slot_bytes)  # the run's sparsity figures count the answers too
+    return record.tokens
 
 
 def _decode(module, ids, decoding: Decoding) -> list[int]:

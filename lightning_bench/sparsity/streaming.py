@@ -202,12 +202,24 @@ class StreamingEviction:
                                          budget_tokens=self.budget_tokens, chunk_size=self.chunk_size,
                                          interval=self.interval, rerotate=self.rerotate,
                                          logits_to_keep=logits_to_keep, scored=scored, rounding=self.rounding)
-        acc = self.totals
-        acc["cache"] += stats.mean_cache_length * stats.counted_tokens if stats.counted_tokens else 0.0
-        acc["dense"] += stats.dense_mean_cache_length * stats.counted_tokens if stats.counted_tokens else 0.0
-        acc["tokens"] += stats.counted_tokens
-        acc["peak"] = max(acc["peak"], stats.peak_kv_bytes)
-        acc["dense_peak"] = max(acc["dense_peak"], stats.dense_kv_bytes_peak)
-        acc["compressions"] += stats.compressions
-        acc["forwards"] += stats.chunks
+        counted = stats.counted_tokens
+        self._add(stats.mean_cache_length * counted if counted else 0.0,
+                  stats.dense_mean_cache_length * counted if counted else 0.0, counted, stats, stats.chunks)
         return logits
+
+    def add_generation(self, record, slot_bytes: int) -> None:
+        """A generated answer's cache figures (the KVRecord of task_decode.continue_prompt) added to `totals`:
+        every token predicted on the compressed cache counts the slots it attended (the metered cache after
+        each fed token) against the dense cache's (its bytes over `slot_bytes`, one slot's bytes)."""
+        attended, dense = record.cache_lengths[1:], record.dense_kv_bytes[1:]
+        self._add(float(sum(attended)), sum(dense) / max(1, slot_bytes), len(attended), record, record.forwards)
+
+    def _add(self, cache: float, dense: float, tokens: int, record, forwards: int) -> None:
+        acc = self.totals
+        acc["cache"] += cache
+        acc["dense"] += dense
+        acc["tokens"] += tokens
+        acc["peak"] = max(acc["peak"], record.peak_kv_bytes)
+        acc["dense_peak"] = max(acc["dense_peak"], record.dense_kv_bytes_peak)
+        acc["compressions"] += record.compressions
+        acc["forwards"] += forwards
