@@ -6,19 +6,8 @@ import lightning.pytorch  # noqa: F401 - imported outside capsys: Lightning's lo
 import pytest
 import yaml
 
-from lightning_bench.cli import main
-from lightning_bench.data.infinitebench_generate import main as infinitebench_main
-from lightning_bench.data.ruler_generate import main as ruler_main
 from lightning_bench.data.downstream.protocol import PROTOCOL_CLASSES
-
-
-def run(argv, capsys):
-    try:
-        code = main(argv)
-    except SystemExit as exit_:
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.test_cli import run
 
 
 def printed_config(argv, capsys) -> tuple[dict, str]:
