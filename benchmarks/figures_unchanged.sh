@@ -5,7 +5,8 @@
 #   ppl sst2 squad_v2 task_h2o stream_h2o sweep downstream ruler
 # CHECKOUT is a git worktree of the code to run (its configs too); the model is SmolLM2-135M-Instruct
 # ($LB_SMOLLM2_DIR, from ../shared/scripts/smollm2.sh). Every step writes into its own folder of OUT and
-# is skipped when that folder has its done marker, so an interrupted run resumes.
+# is skipped when that folder has its done marker, so an interrupted run resumes. The commands use the
+# spellings older checkouts know (`--output`, `--sparsity`, `--out`): newer code takes them with a note.
 set -euo pipefail
 code=$(cd "${1:?checkout folder}" && pwd); out=$(mkdir -p "${2:?output folder}" && cd "$2" && pwd); shift 2
 shared=${LB_SHARED_DIR:-$(cd "$code/../shared" && pwd)}
