@@ -194,6 +194,8 @@ class LightningBenchCLI(LightningCLI):
         `_settle_task_protocol` after parsing; here it falls back to the command's default."""
         from lightning_bench.data.downstream.protocol import choose_protocol
 
+        if not self.argv or subcommand != self.argv[0]:  # LightningCLI builds every subcommand's parser:
+            return "finetune" if subcommand == "fit" else "prompted"  # read the checkpoint for the one typed
         try:
             return choose_protocol(subcommand, option_value(self.argv, "--ckpt_path"),
                                    option_value(self.argv, "--data.protocol") or "auto")

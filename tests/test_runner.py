@@ -92,6 +92,9 @@ def test_a_cell_file_of_the_earlier_layout_is_read_a_damaged_one_set_aside(tmp_p
     assert store.read(Cell(2), {"model": "m"}) is None and store.read(Cell(3), {"model": "m"}) is None
     assert (tmp_path / "c2.json.corrupt").exists() and (tmp_path / "c3.json.corrupt").exists()
     assert capsys.readouterr().err.count("is damaged") == 2
+    (tmp_path / "c3.json").write_text('{"value": 6')  # damaged again: the first copy set aside is kept
+    assert store.read(Cell(3), {"model": "m"}) is None
+    assert (tmp_path / "c3.json.corrupt").read_text() == '{"value": ' and (tmp_path / "c3.json.corrupt.1").exists()
 
 
 def test_group_progress_is_kept_under_its_settings_only(tmp_path, capsys):

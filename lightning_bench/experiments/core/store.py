@@ -32,7 +32,9 @@ def fingerprint(settings: dict) -> str:
 
 
 def _set_aside(path: Path, suffix: str, why: str) -> None:
-    aside = path.with_name(path.name + suffix)
+    aside, n = path.with_name(path.name + suffix), 1
+    while aside.exists():  # a file set aside earlier is kept for the user to inspect, never replaced
+        aside, n = path.with_name(f"{path.name}{suffix}.{n}"), n + 1
     try:
         path.replace(aside)
     except FileNotFoundError:  # another run found it at the same moment and moved it first
