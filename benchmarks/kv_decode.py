@@ -32,11 +32,34 @@ from pathlib import Path
 
 import torch
 
-from lightning_bench.experiments.generation import ForwardTimer
 from lightning_bench.sparsity import generate_with_eviction
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = os.environ.get("LB_SMOLLM2_DIR", str(Path.home() / ".cache/lightning_bench/smollm2-135m-instruct"))
+
+
+class ForwardTimer:
+    """Start time and duration of every forward of `net` (hooks): the median step between decode forwards
+    is what this benchmark reports, which the library's records (whole-call timings) do not give."""
+
+    def __init__(self, net, device: torch.device):
+        self.net, self.sync = net, device.type == "cuda"
+        self.starts: list[float] = []
+        self.calls: list[float] = []
+
+    def _now(self) -> float:
+        if self.sync:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def __enter__(self):
+        self._handles = [self.net.register_forward_pre_hook(lambda *_: self.starts.append(self._now())),
+                         self.net.register_forward_hook(lambda *_: self.calls.append(self._now() - self.starts[-1]))]
+        return self
+
+    def __exit__(self, *exc):
+        for handle in self._handles:
+            handle.remove()
 
 
 def decode(net, ids, method, sparsity, new_tokens, interval, device):

@@ -9,6 +9,7 @@ each declare the ranges they need without knowing who declared them first.
 
 from __future__ import annotations
 
+import re
 import typing
 from pathlib import Path
 from typing import Optional, Union
@@ -67,3 +68,13 @@ def read_config_file(command: str, path) -> dict:
     if not isinstance(loaded, dict):
         raise ConfigError(f"{command}: --config {path} holds a {type(loaded).__name__}; {expected}")
     return loaded
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def check_name(what: str, name: str) -> str:
+    """Names that become file or folder names: letters, digits, '_', '-', '.' (not first)."""
+    if not _NAME.match(str(name)):
+        raise ConfigError(f"{what} {name!r} must be letters, digits, '_', '-' or '.'")
+    return str(name)

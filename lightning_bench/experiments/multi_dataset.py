@@ -1,30 +1,17 @@
-"""`lightning_bench multi_dataset`: train and test one fit preset on several datasets and seeds.
+"""`lightning_bench multi_dataset`: train and test one fit preset on several datasets and seeds
+(docs/comparison.md has the command, the layout and the summary's statistics).
 
     lightning_bench multi_dataset --config configs/compare/bk_small.yaml --datasets ptb mine=data/mine \
         --seeds 1 2 3 [--results_dir benchmark_results] [-- extra fit/test args ...]
 
-`--config` names the fit preset itself (as above), or a multi_dataset YAML with the fields of
-MultiDatasetConfig (`preset`, `datasets`, `seeds`, `results_dir`, `fit_args`).
-
-Each (dataset, seed) cell runs `fit` with `--seed_everything SEED`, then `test` from that fit's
-`last.ckpt`, both in-process through `trainer_cli.run_cli`, and keeps everything in its own folder
-`{results_dir}/multi_dataset/{model}/seed{seed}/{dataset}/` (records, logs, checkpoints). The folder
-is per dataset as well as per seed because two local folders may share a folder name, and a text
-corpus's records are named after its folder.
-
-The summary `{results_dir}/{model}_multi_dataset.json` is rewritten (atomically) after every cell.
-Its numbers are the test records' token perplexities (`metrics.ppl`): per seed, their mean and sample
-standard deviation over seeds per dataset, then the mean and sample standard deviation of the
-per-dataset means across datasets (ddof=1; null where there are fewer than two values). The
-across-dataset figures are null until every cell is done (`complete`).
-
-Resuming: the grid runs on core/runner.py, with the trainer's own records as the store (`RecordStore`):
-a cell whose folder already holds a test record is skipped; a cell whose fit record exists but whose test
-record does not is tested from its checkpoint without training again. A lock per cell keeps two runs into
-one results folder off the same cell. So a killed
-sweep restarts where it stopped, and `--seeds` / `--datasets` can be extended later. A results folder
-that holds a sweep of the same model made with another preset file or other extra arguments is refused
-(its cells would be silently reused).
+Each (dataset, seed) cell runs `fit` with `--seed_everything SEED`, then `test` from that fit's `last.ckpt`,
+in-process (`trainer_cli.run_cli`), in its own folder `{results_dir}/multi_dataset/{model}/seed{seed}/{dataset}/`
+(per dataset too: two local folders may share a name). The grid runs on core/runner.py with the trainer's
+records as the store (`RecordStore`): a cell with a test record is skipped, one with a fit record only is
+tested from its checkpoint, a lock per cell keeps two runs off it; so a killed run restarts where it stopped
+and `--seeds` / `--datasets` can grow later. The summary `{results_dir}/{model}_multi_dataset.json` is
+rewritten atomically after every cell; a results folder holding this model's sweep made with another preset
+or other extra arguments is refused (its cells would be silently reused).
 """
 
 from __future__ import annotations
@@ -43,9 +30,9 @@ from typing import Optional
 import yaml
 from filelock import FileLock
 
-from lightning_bench.errors import PROG, ConfigError, unknown_name
+from lightning_bench.errors import PROG, ConfigError
 from lightning_bench.experiments.core.aggregate import STD_KIND, sample_std
-from lightning_bench.experiments.core.config import Seed, check_name, check_unique, parse_command
+from lightning_bench.experiments.core.config import Seed, check_unique, parse_command
 from lightning_bench.experiments.core.runner import Work, run_grid, sayer
 from lightning_bench.results.io import check_output, read_json, write_json_atomic
 from lightning_bench.results.meta import run_meta
@@ -65,19 +52,11 @@ class DatasetSpec:
 
 
 def parse_dataset(spec: str) -> DatasetSpec:
-    from lightning_bench.data import DATA_ALIASES
+    from lightning_bench.data.sources import named_corpus
 
-    if "=" in spec:
-        name, folder = spec.split("=", 1)
-        check_name(f"dataset name in {spec!r}:", name)
-        if not Path(folder).is_dir():
-            raise ConfigError(f"dataset {name!r}: folder {folder!r} does not exist")
-        return DatasetSpec(name, folder, ("--data", "text", "--data.path", folder, "--data.name", name))
-    if spec == "text":
-        raise ConfigError("a local text folder is given as NAME=DIR (e.g. mine=data/mine), not `text`")
-    if spec not in DATA_ALIASES:
-        raise unknown_name("dataset", spec, [*(a for a in DATA_ALIASES if a != "text"), "NAME=DIR"])
-    return DatasetSpec(spec, spec, ("--data", spec))
+    name, source, data = named_corpus(spec)
+    args = ("--data", data["source"], *(("--data.path", source, "--data.name", name) if "path" in data else ()))
+    return DatasetSpec(name, source, args)
 
 
 @dataclass(frozen=True)
@@ -126,10 +105,6 @@ class MultiDatasetConfig:
             raise ConfigError(f"{COMMAND} needs the fit preset: --config FIT.yaml")
         if not Path(self.preset).is_file():
             raise ConfigError(f"config {self.preset!r} does not exist")
-        try:
-            self.preset_yaml = yaml.safe_load(Path(self.preset).read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"config {self.preset!r} is not valid YAML ({type(err).__name__})") from err
 
 
 def preset_as_config(argv: list[str]) -> list[str]:
@@ -148,24 +123,14 @@ def preset_as_config(argv: list[str]) -> list[str]:
     return out
 
 
-def model_name_of(preset: dict, extra: list[str]) -> str:
-    """The `--model` alias the runs will report (their records' `model_name`), known before any run."""
-    from lightning_bench.models import MODEL_ALIASES
+def model_name_of(cfg: MultiDatasetConfig) -> str:
+    """The `--model` alias the runs will report (their records' `model_name`), known before any run: the
+    fit CLI's own parse of the first cell's command line (aliases, the command line over the file)."""
+    from lightning_bench.trainer_cli import parsed_config
 
-    model = preset.get("model")
-    spec = model.get("class_path") if isinstance(model, dict) else model
-    for i, arg in enumerate(extra):  # the command line wins over the file, as in LightningCLI
-        if arg == "--model" and i + 1 < len(extra):
-            spec = extra[i + 1]
-        elif arg.startswith("--model="):
-            spec = arg.split("=", 1)[1]
-    spec = MODEL_ALIASES.get(spec, spec) if spec else MODEL_ALIASES["transformer"]
-    module, _, name = spec.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module or "lightning_bench.models"), name)
-    except (ImportError, AttributeError) as err:
-        raise ConfigError(f"cannot find model class {spec!r}") from err
-    return getattr(cls, "alias", name)
+    model = parsed_config(["fit", "--config", cfg.preset, *cfg.data[0].cli_args, *cfg.fit_args]).model
+    module, _, name = model.class_path.rpartition(".")
+    return getattr(getattr(importlib.import_module(module), name), "alias", name)
 
 
 class RecordStore:
@@ -310,7 +275,7 @@ def main(argv: list[str]) -> int:
                         description=MultiDatasetConfig.__doc__).config
     check_output("--results_dir", cfg.results_dir)  # before the first fit, not after it
     extra = cfg.fit_args
-    model = model_name_of(cfg.preset_yaml if isinstance(cfg.preset_yaml, dict) else {}, extra)
+    model = model_name_of(cfg)
     config = {"preset": cfg.preset, "preset_sha256": hashlib.sha256(Path(cfg.preset).read_bytes()).hexdigest(),
               "extra_args": extra}
     results = Path(cfg.results_dir)

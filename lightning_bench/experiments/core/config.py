@@ -34,9 +34,8 @@ from jsonargparse import ActionConfigFile, ArgumentParser
 
 from lightning_bench.errors import PROG, ConfigError, deprecated as say_deprecated, parser_error_line
 from lightning_bench.options import ContextTokens, Fraction, OpenClosedUnitInterval, Seed  # noqa: F401 - re-exported
-from lightning_bench.options import option_kind, read_config_file
+from lightning_bench.options import check_name, option_kind, read_config_file  # noqa: F401 - re-exported
 PARSER_MODE = "omegaconf"  # `${oc.env:VAR,default}` in presets; otherwise plain YAML
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # a nested config's own error line, quoted among the Union's errors: `Parser key "sparsity_sweep": ... - --x: ...`
 _NESTED = re.compile(r'^Parser key "([^"]+)":[\s\S]*?^\s*- --([\w.]+): (.*)$', re.M)
 
@@ -193,9 +192,3 @@ def check_unique(option: str, values: list, noun: str = "value") -> None:
     if len(set(map(str, values))) != len(values):
         raise ConfigError(f"{option} lists a {noun} twice: {' '.join(map(str, values))}")
 
-
-def check_name(what: str, name: str) -> str:
-    """Names that become file or folder names: letters, digits, '_', '-', '.' (not first)."""
-    if not _NAME.match(str(name)):
-        raise ConfigError(f"{what} {name!r} must be letters, digits, '_', '-' or '.'")
-    return str(name)

@@ -16,9 +16,3 @@ def sparsity_key(sparsity: float) -> str:
     """How a sparsity is spelled in keys and file names: `0.0`, `0.5`, `0.9` (str of the float)."""
     return str(float(sparsity))
 
-
-def draw_seed(seed: int, example: int, draw: int) -> int:
-    """The seed of one sampled draw: each (cell seed, example, draw) its own generator, so reruns, resumed
-    groups and any process computing the cell draw the same tokens. (The trainer's `test --task` path has
-    its own rule in sparsity/evaluation; this is the experiment commands' only one.)"""
-    return seed * 1_000_003 + example * 1009 + draw

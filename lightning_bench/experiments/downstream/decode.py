@@ -9,7 +9,6 @@ from typing import Optional
 import torch
 
 from lightning_bench.errors import PROG
-from lightning_bench.experiments.core.grid import draw_seed
 from lightning_bench.experiments.core.store import Progress
 from lightning_bench.experiments.downstream.setup import TaskPrompts
 from lightning_bench.experiments.downstream.scoring import per_example, predictions, primary_metric, score_cell
@@ -62,6 +61,7 @@ def run_group(net, group: list, cfg, prompts: TaskPrompts, tokenizer, params_of,
     prefill does not depend on the method, and the tokens are those of separate runs
     (tests/test_task_decode.py), while a long context is prefilled once instead of once per cell.
     With `progress`, each example's rows are saved as it ends and a stopped group resumes after them."""
+    from lightning_bench.sparsity.sampling import draw_generator
     from lightning_bench.sparsity.task_decode import continue_prompt, prefill_prompt
 
     head = group[0]
@@ -93,9 +93,7 @@ def run_group(net, group: list, cfg, prompts: TaskPrompts, tokenizer, params_of,
             draws, texts = [], []
             with memory:
                 for draw in range(sampling["samples"]):
-                    gen = None
-                    if sampling["temperature"] > 0:  # each draw its own generator: reruns and resumes draw the same
-                        gen = torch.Generator(device="cpu").manual_seed(draw_seed(cell.seed, index, draw))
+                    gen = draw_generator(cell.seed, index, draw, sampling["temperature"])  # reruns draw the same
                     out = continue_prompt(
                         net, shared, cell.method, sparsity=cell.sparsity, budget_tokens=cell.budget_tokens,
                         interval=interval, max_new_tokens=sample.max_new_tokens, stop_ids=prompts.stop_ids,

@@ -3,4 +3,3 @@ test text, the sample windows, and one sample's timings, memory and cache), repo
 (aggregation and paired t-tests over the cell files), command.py (the driver loop)."""
 
 from lightning_bench.experiments.generation.command import main  # noqa: F401
-from lightning_bench.experiments.generation.data import ForwardTimer  # noqa: F401

@@ -115,7 +115,7 @@ def main(argv: list[str]) -> int:
 
     def measure(cell) -> dict:
         method, samples = measure_cell(network(), cell, cfg, stream, starts[(cell.context_length, cell.seed)],
-                                       warmed, device, memory)
+                                       warmed, memory)
         summary = {m: describe([s[m] for s in samples])["mean"] for m in METRICS}
         say(cell, f"ppl {math.exp(summary['nll']):.3f}  decode {summary['decode_tokens_per_s'] or 0:.1f} tok/s  "
                   f"cache {summary['avg_cache_length']:.0f} slots  kv {summary['kv_bytes_peak'] / 2**20:.2f} MiB "

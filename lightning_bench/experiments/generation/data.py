@@ -6,7 +6,7 @@ tokens. Which windows of that stream are the samples is decided by `sample_start
 at most once across all seeds, so every sample is its own observation in the statistics).
 
 Measuring one sample: prefill C tokens, compress, teacher-force the N reference tokens
-(`sparsity.generate_with_eviction`), with forward timings and the call's peak memory.
+(`sparsity.generate_with_eviction`), with its prefill and decode timings and the call's peak memory.
 """
 
 from __future__ import annotations
@@ -14,17 +14,12 @@ from __future__ import annotations
 import hashlib
 import math
 import statistics
-import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-from lightning_bench.errors import ConfigError, unknown_name
-from lightning_bench.experiments.core.config import check_name
+from lightning_bench.errors import ConfigError
 from lightning_bench.profiling.memory import CallPeakMemory
-
-DATA_SYNONYMS = {"wikitext": "wikitext2"}  # the reference driver's name
 
 
 @dataclass
@@ -34,26 +29,13 @@ class TestText:
     provenance: dict  # what every record's meta.data says about it
 
 
-def _datamodule(spec: str):
-    """(name, source as the user gave it, LMDataModule) for `wikitext2` / `ptb` / NAME=DIR|FILE."""
-    from lightning_bench.data import DATA_ALIASES, LMDataModule
-
-    if "=" in spec:
-        name, path = spec.split("=", 1)
-        check_name(f"dataset name in {spec!r}:", name)
-        if not Path(path).exists():
-            raise ConfigError(f"dataset {name!r}: {path!r} does not exist")
-        return name, path, LMDataModule(source="text", path=path, name=name)
-    alias = DATA_SYNONYMS.get(spec, spec)
-    if alias not in DATA_ALIASES or alias == "text":
-        raise unknown_name("dataset", spec, [*(a for a in DATA_ALIASES if a != "text"), "NAME=DIR"])
-    return alias, alias, LMDataModule(source=alias)
-
-
 def load_test_text(spec: str, tokenizer) -> TestText:
     """The test split of `--data`, tokenized by `tokenizer` (the model's) as one stream."""
+    from lightning_bench.data import LMDataModule
+    from lightning_bench.data.sources import named_corpus
 
-    name, source, dm = _datamodule(spec)
+    name, source, arguments = named_corpus(spec)
+    dm = LMDataModule(**arguments)
     dm.tokenizer = tokenizer  # the model's tokenizer, not one LMDataModule would build from a train split
     try:
         dm.setup("test")
@@ -88,36 +70,7 @@ def sample_starts(n_tokens: int, window: int, num_samples: int, seeds: list[int]
             for i, seed in enumerate(seeds)}
 
 
-class ForwardTimer:
-    """Start time and duration of every forward of `net` (hooks); a generate call's first is the prefill."""
-
-    def __init__(self, net, device: torch.device):
-        self.net, self.sync = net, device.type == "cuda"
-        self.starts: list[float] = []
-        self.calls: list[float] = []
-
-    def _now(self) -> float:
-        if self.sync:
-            torch.cuda.synchronize()
-        return time.perf_counter()
-
-    def __enter__(self):
-        def pre(*_):
-            self.starts.append(self._now())
-
-        def post(*_):
-            self.calls.append(self._now() - self.starts[-1])
-
-        self._handles = [self.net.register_forward_pre_hook(pre), self.net.register_forward_hook(post)]
-        return self
-
-    def __exit__(self, *exc):
-        for handle in self._handles:
-            handle.remove()
-
-
-def measure_cell(net, cell, cfg, stream: torch.Tensor, starts: list[int], warmed: set, device: torch.device,
-                 memory: CallPeakMemory):
+def measure_cell(net, cell, cfg, stream: torch.Tensor, starts: list[int], warmed: set, memory: CallPeakMemory):
     """(the method, one figure dict per window) of one cell (a generation Cell under a GenerationConfig)."""
     from lightning_bench.sparsity import make_method
 
@@ -125,7 +78,7 @@ def measure_cell(net, cell, cfg, stream: torch.Tensor, starts: list[int], warmed
     if cell.method == "random":
         method_params.setdefault("seed", cell.seed)
     torch.manual_seed(cell.seed)
-    decode = dict(interval=cfg.interval, rerotate=cfg.rerotate, rounding=cfg.rounding, device=device, memory=memory)
+    decode = dict(interval=cfg.interval, rerotate=cfg.rerotate, rounding=cfg.rounding, memory=memory)
     if cell.method not in warmed:  # one untimed short call per method: lazy initialisation, thread pools
         run_sample(net, stream, 0, min(64, cell.context_length), min(4, cfg.continuation_length),
                    make_method(cell.method, **method_params), cell.sparsity, **decode)
@@ -136,21 +89,20 @@ def measure_cell(net, cell, cfg, stream: torch.Tensor, starts: list[int], warmed
 
 
 def run_sample(net, stream: torch.Tensor, start: int, context_length: int, continuation_length: int,
-               method, sparsity: float, interval: int, rerotate: bool, device: torch.device,
-               memory: CallPeakMemory, rounding: str = "ceil") -> dict:
+               method, sparsity: float, interval: int, rerotate: bool, memory: CallPeakMemory,
+               rounding: str = "ceil") -> dict:
     """One window: prefill, compress, teacher-force the reference continuation; its measurements."""
     from lightning_bench.sparsity import generate_with_eviction
 
     window = stream[start:start + context_length + continuation_length].long()
     ids, reference = window[None, :context_length], window[None, context_length:]
     kwargs = {"sparsity": sparsity} if method.evicts else {}
-    with ForwardTimer(net, device) as timer, memory:
+    with memory:
         res = generate_with_eviction(net, ids, None, method, interval=interval, rerotate=rerotate,
                                      reference_continuation=reference, rounding=rounding, **kwargs)
     n = continuation_length
     nll = res.nll[0].double()
-    prefill_s = timer.calls[0]
-    decode_s = res.seconds - prefill_s
+    prefill_s, decode_s = res.prefill_seconds, res.decode_seconds  # device-synced, by the KV engine
     steps = slice(1, None) if n > 1 else slice(0, None)  # the decoding steps, on the pruned cache
     cache, kv, dense = res.cache_lengths[steps], res.kv_bytes[steps], res.dense_kv_bytes[steps]
     return {

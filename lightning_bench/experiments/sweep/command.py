@@ -51,7 +51,7 @@ def main(argv: list[str]) -> int:
     config = {**resolved, "name": cfg.name, "output": str(output), "preset": str(preset) if preset else None,
               "preset_sha256": hashlib.sha256(preset.read_bytes()).hexdigest() if preset else None,
               "overrides": list(argv)}  # the command line as given (config files included)
-    with store.open_results(output, settings_fingerprint(resolved), resolved["datasets"]) as results:
+    with store.CellDocument(output, settings_fingerprint(resolved), resolved["datasets"]) as results:
         return _run_cells(cfg, results, config, shlex.join([PROG, COMMAND, *argv]))
 
 

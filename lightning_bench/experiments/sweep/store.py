@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import copy
 import json
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
 from filelock import FileLock, Timeout
 
@@ -25,15 +24,14 @@ CHANGE_HINT = "use another --name or --output"
 
 
 class CellDocument:
-    """Every cell in ONE JSON document with a `fingerprint` of the settings all cells depend on. Used as a
-    context manager: the document is read, and held against other runs, inside `with` (rewritten whole,
-    so one run at a time; a second waits, then finds the first's cells done). Inside, it is the runner's
-    store: a cell deleted from the document is computed again, one measured with other method parameters
-    refused, and `on_write` rewrites the document after each cell."""
+    """Every cell in ONE JSON document with a `fingerprint` of the settings all cells depend on, read and held
+    against other runs inside `with` (rewritten whole, so one run at a time; a second waits, then finds the
+    first's cells done). Inside, it is the runner's store: a cell deleted from the document is computed
+    again, one measured with other method parameters refused, and `on_write` rewrites the document after
+    each cell. `specs`: the datasets as the config writes them; one changed under its name is refused."""
 
-    def __init__(self, path: str | Path, settings_fingerprint: str, what: str, settings: str, change_hint: str):
-        self.file, self.fingerprint, self.change_hint = Path(path), settings_fingerprint, change_hint
-        self.what, self.settings = what, settings  # how refusals name the document and its settings
+    def __init__(self, path: str | Path, settings_fingerprint: str, specs: dict):
+        self.file, self.fingerprint, self.specs = Path(path), settings_fingerprint, specs
         self.doc: dict = {"results": {}}
         self.file_lock = FileLock(self.file.with_name(f".{self.file.name}.lock"))
         self.on_write: Callable[[], None] = lambda: None
@@ -57,18 +55,23 @@ class CellDocument:
         self.file_lock.release()
 
     def _read(self) -> None:
-        """The document as the last run left it, refused when made with other settings."""
+        """The document as the last run left it, refused when made with other settings or datasets."""
         if not self.file.exists():
             return
         try:
             self.doc = read_json(self.file)
         except (OSError, ValueError) as err:
-            raise ConfigError(f"{self.file} exists but is not {self.what} JSON ({type(err).__name__}); "
-                              f"{self.change_hint}") from err
+            raise ConfigError(f"{self.file} exists but is not a sweep JSON ({type(err).__name__}); "
+                              f"{CHANGE_HINT}") from err
         if self.doc.get("fingerprint") != self.fingerprint:
-            raise ConfigError(f"{self.file} holds {self.what} with other settings ({self.settings}); "
-                              f"{self.change_hint} or delete it")
+            raise ConfigError(f"{self.file} holds a sweep with other settings (model, streaming, seed or batch "
+                              f"size); {CHANGE_HINT} or delete it")
         self.doc.setdefault("results", {})
+        before = self.doc.get("dataset_specs", {})
+        for name, spec in self.specs.items():
+            if name in self.doc["results"] and before.get(name) is not None and before[name] != spec:
+                raise ConfigError(f"dataset {name!r} in {self.file} was {json.dumps(before[name])}, now "
+                                  f"{json.dumps(spec)}; rename it or {CHANGE_HINT}")
 
     def save(self, **fields) -> None:
         """Update the document's top-level fields (`fingerprint` among them, where the caller wants it
@@ -99,20 +102,6 @@ class CellDocument:
 
     def clear_progress(self, group: str) -> None:
         pass  # a sweep cell is one evaluation: nothing to resume inside it
-
-
-@contextmanager
-def open_results(output: Path, settings_fingerprint: str, specs: dict) -> Iterator[CellDocument]:
-    """The results file (new or resumed), held against other runs inside `with`. `specs` = the datasets
-    as written in the config."""
-    with CellDocument(output, settings_fingerprint, "a sweep", "model, streaming, seed or batch size",
-                      CHANGE_HINT) as store:
-        before = store.doc.get("dataset_specs", {})
-        for name, spec in specs.items():
-            if name in store.doc["results"] and before.get(name) is not None and before[name] != spec:
-                raise ConfigError(f"dataset {name!r} in {output} was {json.dumps(before[name])}, now "
-                                  f"{json.dumps(spec)}; rename it or {CHANGE_HINT}")
-        yield store
 
 
 def finished(doc: dict, cell: Cell) -> Optional[dict]:
