@@ -8,7 +8,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -88,35 +87,51 @@ def test_sparsity_zero_reproduces_dense_for_every_method_and_protocol(tiny_hf, s
             assert cells[f"xsum__{method}_s0.0_{protocol}_seed1234"]["samples"][0]["generated"] == dense, method
 
 
-def _driver(args, **popen):
-    code = "import sys; from lightning_bench.cli import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, **popen)
+# `downstream` as a user runs it, killed -9 by itself at a fixed point: when the grid's second group has saved
+# its first example (the first group's cells written, the second's progress on disk), as a job killed mid-way.
+# No `finally`, no atexit, no record.
+KILLED_IN_THE_SECOND_GROUP = """
+import os, signal, sys
+from lightning_bench.experiments.core.store import Progress
+
+save, saves = Progress.save, []
+
+def save_then_die(self, examples, cells):
+    save(self, examples, cells)
+    saves.append(self.path.name)
+    if len(dict.fromkeys(saves)) == 2:  # the second group's first example
+        os.kill(os.getpid(), signal.SIGKILL)
+
+Progress.save = save_then_die
+from lightning_bench.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
 
 
-def test_killed_run_resumes_to_the_same_results_and_damaged_cells_are_recomputed(tiny_hf, shared_data, tmp_path):
-    grid = ["--tasks", "xsum", "squad_v2", "--methods", "dense", "h2o", "tova", "--ratios", "0.5", "0.9"]
-    whole = _driver(_args(tiny_hf, shared_data, tmp_path / "whole", *grid))
-    assert whole.wait(timeout=600) == 0, whole.stderr.read()
+def test_killed_run_resumes_to_the_same_results_and_damaged_cells_are_recomputed(tiny_hf, shared_data, tmp_path,
+                                                                                  capsys):
+    """The uninterrupted run and the resumed one run in-process; the killed one in its own process."""
+    grid = ["--tasks", "xsum", "squad_v2", "--methods", "dense", "h2o", "tova", "--ratios", "0.5", "0.9",
+            "--threads", "1"]  # the in-process runs' one thread (conftest): the same numbers in all three
+    code, _, err = run(_args(tiny_hf, shared_data, tmp_path / "whole", *grid), capsys)
+    assert code == 0, err
 
     cells_dir = tmp_path / "killed" / "t" / "cells"
-    killed = _driver(_args(tiny_hf, shared_data, tmp_path / "killed", *grid))
-    deadline = time.time() + 300
-    while len(list(cells_dir.glob("*.json"))) < 3 and killed.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    killed.send_signal(signal.SIGKILL)
-    killed.wait()
+    killed = subprocess.run([sys.executable, "-c", KILLED_IN_THE_SECOND_GROUP,
+                             *_args(tiny_hf, shared_data, tmp_path / "killed", *grid)],
+                            capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     finished = sorted(cells_dir.glob("*.json"))
-    assert 3 <= len(finished) < 10 and not (tmp_path / "killed" / "t" / "t_results.json").exists()
+    assert len(finished) == 5 and not (tmp_path / "killed" / "t" / "t_results.json").exists()  # the xsum group
+    assert [p.name for p in (tmp_path / "killed" / "t" / "partial").iterdir()] == ["squad_v2__query_aware_seed1234.json"]
     damaged = finished[1]
     damaged.write_text(damaged.read_text()[:200])  # a cell file cut short (as by a full disk)
-    resumed = _driver(_args(tiny_hf, shared_data, tmp_path / "killed", *grid))
-    out, err = resumed.communicate(timeout=600)
-    assert resumed.returncode == 0, err
+    code, out, err = run(_args(tiny_hf, shared_data, tmp_path / "killed", *grid), capsys)
+    assert code == 0, err
     assert out.count("done before") == len(finished) - 1 and f"{damaged.name} is damaged" in err
+    assert "squad_v2 / query_aware / seed 1234: resuming after example 1 of 2" in out
     assert damaged.with_name(damaged.name + ".corrupt").exists()
     assert _stable(_results(tmp_path / "killed")) == _stable(_results(tmp_path / "whole"))
-
 
 
 class _Stop(Exception):
@@ -132,16 +147,16 @@ def test_a_group_stopped_mid_way_resumes_after_its_last_finished_example(tiny_hf
     code, _, err = run(_args(tiny_hf, shared_data, tmp_path / "whole", *grid), capsys)
     assert code == 0, err
 
-    original_continue, original_prefill = task_decode.continue_prompt, task_decode.prefill_prompt
+    original_continue, original_prefill = task_decode.continue_rows, task_decode.prefill_prompt
     calls = {"continue": 0, "prefill": 0}
 
-    def continue_then_stop(*args, **kwargs):  # 3 cells a example: stop in the 3rd example's 2nd cell
+    def continue_then_stop(*args, **kwargs):  # the 3 cells of an example decode as one batch: stop in the 3rd
         calls["continue"] += 1
-        if calls["continue"] == 8:
+        if calls["continue"] == 3:
             raise _Stop
         return original_continue(*args, **kwargs)
 
-    monkeypatch.setattr(task_decode, "continue_prompt", continue_then_stop)
+    monkeypatch.setattr(task_decode, "continue_rows", continue_then_stop)
     with pytest.raises(_Stop):
         run(_args(tiny_hf, shared_data, tmp_path / "stopped", *grid), capsys)
     partial = tmp_path / "stopped" / "t" / "partial" / "xsum__query_agnostic_seed1234.json"
@@ -151,7 +166,7 @@ def test_a_group_stopped_mid_way_resumes_after_its_last_finished_example(tiny_hf
         calls["prefill"] += 1
         return original_prefill(*args, **kwargs)
 
-    monkeypatch.setattr(task_decode, "continue_prompt", original_continue)
+    monkeypatch.setattr(task_decode, "continue_rows", original_continue)
     monkeypatch.setattr(task_decode, "prefill_prompt", counted_prefill)
     code, out, err = run(_args(tiny_hf, shared_data, tmp_path / "stopped", *grid), capsys)
     assert code == 0, err
@@ -160,11 +175,11 @@ def test_a_group_stopped_mid_way_resumes_after_its_last_finished_example(tiny_hf
     assert _stable(_results(tmp_path / "stopped")) == _stable(_results(tmp_path / "whole"))
 
     # a progress file left under other settings is set aside, not merged
-    monkeypatch.setattr(task_decode, "continue_prompt", continue_then_stop)
+    monkeypatch.setattr(task_decode, "continue_rows", continue_then_stop)
     calls["continue"] = 0
     with pytest.raises(_Stop):
         run(_args(tiny_hf, shared_data, tmp_path / "other", *grid), capsys)
-    monkeypatch.setattr(task_decode, "continue_prompt", original_continue)
+    monkeypatch.setattr(task_decode, "continue_rows", original_continue)
     code, out, err = run(_args(tiny_hf, shared_data, tmp_path / "other", *grid, "--max_new_tokens", "3"), capsys)
     assert code == 0 and "under other settings" in err and "resuming" not in out
     assert (tmp_path / "other" / "t" / "partial" / "xsum__query_agnostic_seed1234.json.stale").exists()

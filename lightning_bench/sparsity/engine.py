@@ -298,6 +298,65 @@ class KVEngine:
         other.record = KVRecord(forwards=self.record.forwards)
         return other
 
+    def fork(self, recorder=None) -> "KVEngine":
+        """A copy that shares this cache's tensors, for ONE compression (which gathers new tensors and leaves
+        the shared ones as they were) before `stack`: unlike `copy`, no cache is copied. Neither it nor this
+        engine may append to the shared tensors while the other is in use."""
+        other = copy.copy(self)
+        state = other.state = copy.copy(self.state)
+        state.cache = copy.copy(self.state.cache)
+        state.cache.layers = [copy.copy(layer) for layer in self.state.cache.layers]
+        state.positions, state.rope = list(self.state.positions), list(self.state.rope)
+        other.recorder = None if recorder is None else copy.copy(recorder)
+        if recorder is not None:  # the compression re-gathers the statistics it keeps: into new dicts
+            other.recorder.layers = {i: dict(stats) for i, stats in recorder.layers.items()}
+        other.record = KVRecord(forwards=self.record.forwards)
+        return other
+
+    @classmethod
+    def stack(cls, engines: list["KVEngine"]) -> "KVEngine":
+        """One engine whose rows are the rows of `engines` (caches of any lengths, e.g. compressed by different
+        methods and budgets): each is left-padded with filler slots (invalid, as an eviction leaves them) to
+        the longest, so every row attends to exactly its own slots and decodes as it would alone. Statistics
+        are not carried: a stacked batch decodes without recording (no later compression reads them)."""
+        first = engines[0]
+        S = max(e.state.length for e in engines)
+        pad = lambda t, value=0: torch.nn.functional.pad(t, (0, 0, S - t.shape[-2], 0), value=value)  # noqa: E731
+        left = lambda t, value: torch.nn.functional.pad(t, (S - t.shape[-1], 0), value=value)  # noqa: E731
+        other = copy.copy(first)
+        state = other.state = copy.copy(first.state)
+        state.cache = copy.copy(first.state.cache)
+        state.cache.layers = [copy.copy(layer) for layer in first.state.cache.layers]
+        for i, layer in enumerate(state.cache.layers):  # new tensors: a GrowingLayer re-buffers on its next append
+            layer.keys = torch.cat([pad(e.state.cache.layers[i].keys) for e in engines])
+            layer.values = torch.cat([pad(e.state.cache.layers[i].values) for e in engines])
+        state.valid = torch.cat([left(e.state.valid, False) for e in engines])
+        shared = all(e.state.rope[i] is e.state.positions[i] for e in engines for i in range(len(e.state.rope)))
+        state.positions = [torch.cat([left(e.state.positions[i], 0) for e in engines])
+                           for i in range(len(first.state.positions))]
+        state.rope = state.positions if shared else [torch.cat([left(e.state.rope[i], 0) for e in engines])
+                                                      for i in range(len(first.state.rope))]
+        state.positions, state.rope = list(state.positions), list(state.rope)
+        state.seen = torch.cat([e.state.seen for e in engines])
+        state.next_rope = torch.cat([e.state.next_rope for e in engines])
+        other.recorder, other.record = None, KVRecord(forwards=first.record.forwards)
+        return other
+
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Only `rows` (indices) stay in the batch (finished rows drop out); filler slots no remaining row
+        needs (the leading columns invalid in every row) go too."""
+        state = self.state
+        valid = state.valid[rows]
+        start = int(valid.any(0).nonzero()[0]) if bool(valid.any()) else 0
+        for layer in state.cache.layers:
+            layer.keys, layer.values = layer.keys[rows, :, start:], layer.values[rows, :, start:]
+        state.valid = valid[:, start:]
+        shared = state.rope[0] is state.positions[0]
+        state.positions = [p[rows, :, start:] for p in state.positions]
+        state.rope = state.positions if shared else [r[rows, :, start:] for r in state.rope]
+        state.positions, state.rope = list(state.positions), list(state.rope)
+        state.seen, state.next_rope = state.seen[rows], state.next_rope[rows]
+
     def expand(self, rows: int) -> "KVEngine":
         """A copy whose batch holds every row `rows` times (row b becomes rows b*rows .. b*rows + rows - 1), so
         several methods, budgets or draws continue one prefill as one batch."""

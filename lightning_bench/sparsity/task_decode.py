@@ -178,6 +178,113 @@ def _continue(prompt: PrefilledPrompt, plan: Budget, interval: int, decoding: De
     return record
 
 
+@dataclass
+class Row:
+    """One continuation of a batch: a method and budget, and how it decodes (its own generator, stops)."""
+
+    plan: Budget
+    decoding: Decoding
+
+
+def continuation(method: Union[str, Method] = "dense", *, sparsity: Optional[float] = None,
+                 budget_tokens: Optional[int] = None, max_new_tokens: int = 32, stop_ids=frozenset(), stop_strings=(),
+                 tokenizer=None, temperature: float = 0.0, top_p: float = 1.0,
+                 generator: Optional[torch.Generator] = None, method_params: Optional[dict] = None,
+                 rounding: str = "ceil") -> Row:
+    """A `Row` from `continue_prompt`'s arguments, checked."""
+    return Row(Budget.build(method, sparsity, budget_tokens, rounding, method_params),
+               Decoding(max_new_tokens, temperature, top_p, generator, stop_ids, stop_strings, tokenizer).check())
+
+
+@torch.no_grad()
+def continue_rows(prompt: PrefilledPrompt, rows: list[Row], max_rows: int = 16) -> list[KVRecord]:
+    """`continue_prompt` for several methods, budgets or draws of one prefilled prompt as rows of a batch,
+    `max_rows` at a time (what bounds memory): each row's cache compressed by its method (from the shared
+    prefill, which is not copied), the question fed (query_agnostic) and the answers decoded together, a
+    finished row leaving the batch. Greedy tokens are those of `continue_prompt` row by row
+    (tests/test_batched_continuation.py); sampled rows draw from their own generators. Only the first
+    compression (interval 0): a re-compressing schedule reads each row's running statistics.
+
+    Timings: a row's prefill_seconds is the shared prefill plus its own compression; each batched step's
+    wall time is shared equally by the rows it decoded (the rows' decode_seconds add up to the batch's).
+    Its meter counts its own slots (what it would hold alone: fillers left out)."""
+    positive_int("max_rows", max_rows)
+    records = []
+    for first in range(0, len(rows), max_rows):
+        records += _decode_rows(prompt, rows[first:first + max_rows])
+    return records
+
+
+def _decode_rows(prompt: PrefilledPrompt, rows: list[Row]) -> list[KVRecord]:
+    compressed = [_check_fixed_budget(row.plan, prompt.context_tokens, prompt.question_tokens, prompt.protocol)
+                  for row in rows]
+    engines, records, compress_s = [], [], []
+    with prompt.engine.evaluating():
+        for row in rows:
+            method = row.plan.method
+            if method.needs and method.needs not in prompt.recorders:
+                raise ConfigError(f"the prompt was prefilled without the attention statistics {method.name!r} "
+                                  f"reads; pass it to prefill_prompt(methods=...)")
+            start = prompt.engine.clock()
+            engine = prompt.engine.fork(prompt.recorders.get(method.needs) if method.needs else None)
+            Compress(row.plan)(engine)
+            engines.append(engine)
+            compress_s.append(engine.clock() - start)
+        batch = KVEngine.stack(engines)
+        slot = prompt.engine.slot_bytes
+        for engine, row, span in zip(engines, rows, compressed):
+            record = engine.record
+            record.compressions = engine.state.compressions
+            record.figures.update(kept_tokens=int(engine.state.n_valid.sum()), context_tokens=prompt.context_tokens,
+                                  question_tokens=prompt.question_tokens, compressed_tokens=span,
+                                  kv_bytes_prefill=prompt.kv_prefill)
+            record.method = {**row.plan.describe(), "protocol": prompt.protocol, "interval": 0,
+                             "question_tokens": prompt.question_tokens}
+            records.append(record)
+        del engines
+        fed = prompt.engine.dense_length + (prompt.question_tokens if prompt.agnostic else 0)  # before decoding
+
+        def meter(active: list[int], dense: int) -> None:
+            for r, length in zip(active, batch.state.n_valid.tolist()):
+                records[r].cache_lengths.append(length)
+                records[r].kv_bytes.append(slot * length)
+                records[r].dense_kv_bytes.append(slot * dense)
+
+        active = list(range(len(rows)))
+        meter(active, prompt.engine.dense_length)
+        logits, start = prompt.logits.expand(len(rows), -1), batch.clock()
+        if prompt.agnostic:  # the question on each row's compressed cache, one forward for the batch
+            logits = batch.feed(prompt.question_ids.expand(len(rows), -1), logits_to_keep=1)[:, -1]
+            meter(active, fed)
+        question_s = (batch.clock() - start) / len(rows)
+        tokens = [[row.decoding.pick(logits[r])] for r, row in enumerate(rows)]
+        decode_s = [0.0] * len(rows)
+        stopped = [row.decoding.stop_reason(t) for row, t in zip(rows, tokens)]
+        for r in active:
+            records[r].prefill_seconds = prompt.seconds + compress_s[r] + question_s
+        while True:
+            going = [i for i, r in enumerate(active)
+                     if stopped[r] is None and len(tokens[r]) < rows[r].decoding.max_new_tokens]
+            if not going:
+                break
+            if len(going) < len(active):
+                batch.keep_rows(torch.tensor(going, device=batch.device))
+                active = [active[i] for i in going]
+            start = batch.clock()
+            logits = batch.step(torch.tensor([tokens[r][-1] for r in active], device=batch.device))
+            for i, r in enumerate(active):
+                tokens[r].append(rows[r].decoding.pick(logits[i]))
+                stopped[r] = rows[r].decoding.stop_reason(tokens[r])
+            meter(active, fed + len(tokens[active[0]]) - 1)
+            share = (batch.clock() - start) / len(active)
+            for r in active:
+                decode_s[r] += share
+    for r, record in enumerate(records):
+        record.tokens, record.stopped, record.decode_seconds = tokens[r], stopped[r], decode_s[r]
+        record.forwards = prompt.engine.record.forwards + len(tokens[r]) - 1 + int(prompt.agnostic)
+    return records
+
+
 def generate_for_task(net, context_ids: torch.Tensor, question_ids: Optional[torch.Tensor] = None,
                       method: Union[str, Method] = "dense", *, sparsity: Optional[float] = None,
                       budget_tokens: Optional[int] = None, protocol: str = "query_aware", interval: int = 0,

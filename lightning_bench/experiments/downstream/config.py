@@ -83,6 +83,8 @@ class DownstreamConfig:
     """auto (cuda if available), cpu, cuda, cuda:N"""
     threads: Optional[PositiveInt] = None
     """torch intra-op threads (default: torch's)"""
+    max_batch_rows: PositiveInt = 16
+    """most continuations (cells x draws of one example) decoded together as rows of one batch: bounds memory"""
     wandb: bool = False
     """log one W&B run per driver call (a table of the cells and each cell's figures); offline unless logged in"""
     wandb_dir: str = "wandb_logs"

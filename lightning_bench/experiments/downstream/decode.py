@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -52,17 +53,32 @@ def _cell_record(cell, pairs: list, rows: list, method_record: dict, memory) -> 
             "num_examples": len(rows), "samples": rows}
 
 
+def _arguments(cell, draw: int, index: int, sample, prompts: TaskPrompts, tokenizer, method_params: dict,
+               rounding: str) -> dict:
+    """How one draw of one cell continues an example's prefill (`continue_prompt`'s arguments)."""
+    from lightning_bench.sparsity.sampling import draw_generator
+
+    sampling = prompts.sampling
+    return dict(method=cell.method, sparsity=cell.sparsity, budget_tokens=cell.budget_tokens,
+                max_new_tokens=sample.max_new_tokens, stop_ids=prompts.stop_ids, stop_strings=prompts.stop_strings,
+                tokenizer=tokenizer, temperature=sampling["temperature"], top_p=sampling["top_p"],
+                generator=draw_generator(cell.seed, index, draw, sampling["temperature"]),  # reruns draw the same
+                method_params=method_params[cell.method], rounding=rounding)
+
+
 def run_group(net, group: list, cfg, prompts: TaskPrompts, tokenizer, params_of, memory,
               progress: Optional[Progress] = None) -> list[dict]:
     """The cells of one task, protocol and seed, scored as `test --task` scores them.
 
     Every example is prefilled ONCE (sparsity/task_decode.prefill_prompt, recording the statistics of
-    every method of the group) and continued by each cell's method and budget on a copy of it: the
-    prefill does not depend on the method, and the tokens are those of separate runs
-    (tests/test_task_decode.py), while a long context is prefilled once instead of once per cell.
+    every method of the group) and continued by each cell's method and budget: the prefill does not
+    depend on the method, and the tokens are those of separate runs (tests/test_task_decode.py), while a
+    long context is prefilled once instead of once per cell. The continuations of every cell and draw
+    decode together as rows of one batch (task_decode.continue_rows, at most cfg.max_batch_rows rows,
+    the same tokens as one row at a time: tests/test_batched_continuation.py), except under the
+    `interval` protocol, whose re-compressions read each row's running statistics (one row at a time).
     With `progress`, each example's rows are saved as it ends and a stopped group resumes after them."""
-    from lightning_bench.sparsity.sampling import draw_generator
-    from lightning_bench.sparsity.task_decode import continue_prompt, prefill_prompt
+    from lightning_bench.sparsity.task_decode import continuation, continue_prompt, continue_rows, prefill_prompt
 
     head = group[0]
     protocol = "query_aware" if head.protocol == "interval" else head.protocol
@@ -84,25 +100,28 @@ def run_group(net, group: list, cfg, prompts: TaskPrompts, tokenizer, params_of,
     for index, sample in enumerate(prompts.samples):
         if saved is not None and index < saved["examples"]:
             continue
+        arguments = functools.partial(_arguments, index=index, sample=sample, prompts=prompts, tokenizer=tokenizer,
+                                      method_params=method_params, rounding=cfg.rounding)
         with memory:
             shared = prefill_prompt(net, torch.tensor([sample.context_ids], device=device),
                                     torch.tensor([sample.question_ids], device=device) if sample.question_ids else None,
                                     protocol, methods, method_params=method_params)
         prefill_peak = memory.peak_mb
+        draws_of = {cell.key: [] for cell in group}
+        with memory:
+            if interval:  # re-compressions read each row's running statistics: one row at a time
+                for cell in group:
+                    draws_of[cell.key] = [continue_prompt(net, shared, **arguments(cell, draw))
+                                          for draw in range(sampling["samples"])]
+            else:  # every cell and draw of the group as rows of one batch (at most cfg.max_batch_rows)
+                keys = [(cell.key, draw) for cell in group for draw in range(sampling["samples"])]
+                batch = [continuation(**arguments(cell, draw)) for cell in group for draw in range(sampling["samples"])]
+                for (key, _), record in zip(keys, continue_rows(shared, batch, cfg.max_batch_rows)):
+                    draws_of[key].append(record)
         for cell in group:
-            draws, texts = [], []
-            with memory:
-                for draw in range(sampling["samples"]):
-                    gen = draw_generator(cell.seed, index, draw, sampling["temperature"])  # reruns draw the same
-                    out = continue_prompt(
-                        net, shared, cell.method, sparsity=cell.sparsity, budget_tokens=cell.budget_tokens,
-                        interval=interval, max_new_tokens=sample.max_new_tokens, stop_ids=prompts.stop_ids,
-                        stop_strings=prompts.stop_strings, tokenizer=tokenizer, temperature=sampling["temperature"],
-                        top_p=sampling["top_p"], generator=gen, method_params=method_params[cell.method],
-                        rounding=cfg.rounding)
-                    new = out.tokens[:-1] if out.tokens and out.tokens[-1] in prompts.stop_ids else out.tokens
-                    draws.append(out)
-                    texts.append(tokenizer.decode(new))
+            draws = draws_of[cell.key]
+            texts = [tokenizer.decode(d.tokens[:-1] if d.tokens and d.tokens[-1] in prompts.stop_ids else d.tokens)
+                     for d in draws]
             described[cell.key] = draws[0].method
             pred = predictions(sample.request, texts, draws[0].tokens)
             pairs[cell.key].append((sample.request, pred))

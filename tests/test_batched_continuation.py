@@ -1,0 +1,87 @@
+"""`continue_rows`: one prefill continued by many methods and budgets as rows of ONE batch gives, row by row,
+what `continue_prompt` gives one row at a time: the same greedy tokens, stop, cache series and kept slots
+(every method x both protocols x 3 budgets), the same sampled tokens from the same per-row generators, and
+the same again when a row cap splits the batch."""
+
+import pytest
+import torch
+
+from lightning_bench.sparsity import METHODS
+from lightning_bench.sparsity.engine import KVEngine
+from lightning_bench.sparsity.task_decode import PROTOCOLS, continuation, continue_prompt, continue_rows, prefill_prompt
+from tests.helpers import tiny_llama
+
+VOCAB, TC, TQ, N = 512, 24, 5, 10
+BUDGETS = [{"sparsity": 0.5}, {"sparsity": 0.8}, {"budget_tokens": 7}]
+
+
+@pytest.fixture(scope="module")
+def net():
+    return tiny_llama(VOCAB)
+
+
+@pytest.fixture(scope="module")
+def prompt():
+    g = torch.Generator().manual_seed(11)
+    return torch.randint(0, VOCAB, (1, TC), generator=g), torch.randint(0, VOCAB, (1, TQ), generator=g)
+
+
+def grid():
+    """(method, budget) of every method: dense once, the others at each budget."""
+    return [("dense", {})] + [(m, b) for m in sorted(METHODS) if m != "dense" for b in BUDGETS]
+
+
+def same_record(one, batched):
+    assert batched.tokens == one.tokens
+    assert batched.stopped == one.stopped
+    assert batched.cache_lengths == one.cache_lengths
+    assert batched.kv_bytes == one.kv_bytes
+    assert batched.dense_kv_bytes == one.dense_kv_bytes
+    assert batched.compressions == one.compressions and batched.forwards == one.forwards
+    for name in ("kept_tokens", "compressed_tokens", "context_tokens", "question_tokens", "kv_bytes_prefill"):
+        assert batched.figures[name] == one.figures[name], name
+    assert batched.method == one.method
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_every_method_and_budget_decodes_in_one_batch_as_it_does_alone(net, prompt, protocol):
+    cells = grid()
+    shared = prefill_prompt(net, prompt[0], prompt[1], protocol, [m for m, _ in cells])
+    stops = {7, 300}  # a row that stops early leaves the batch; the others go on
+    alone = [continue_prompt(net, shared, m, max_new_tokens=N, stop_ids=stops, **b) for m, b in cells]
+    rows = [continuation(m, max_new_tokens=N, stop_ids=stops, **b) for m, b in cells]
+    batched = continue_rows(shared, rows, max_rows=len(rows))
+    assert len({tuple(r.tokens) for r in alone}) > 3  # the methods really decode differently here
+    for (method, budget), one, row in zip(cells, alone, batched):
+        same_record(one, row)
+    # the shared prefill is left as it was: continuing it again gives the same
+    again = continue_prompt(net, shared, "h2o", max_new_tokens=N, stop_ids=stops, sparsity=0.5)
+    assert again.tokens == alone[cells.index(("h2o", {"sparsity": 0.5}))].tokens
+
+
+def test_sampled_rows_draw_from_their_own_generators_and_a_row_cap_changes_nothing(net, prompt):
+    cells = [("dense", {}), ("h2o", {"sparsity": 0.5}), ("snapkv", {"budget_tokens": 9}), ("knorm", {"sparsity": 0.8})]
+    shared = prefill_prompt(net, prompt[0], prompt[1], "query_aware", [m for m, _ in cells])
+    sampling = dict(max_new_tokens=N, temperature=0.9, top_p=0.9)
+    gen = lambda i: torch.Generator().manual_seed(100 + i)  # noqa: E731
+    alone = [continue_prompt(net, shared, m, generator=gen(i), **sampling, **b) for i, (m, b) in enumerate(cells)]
+    for cap in (len(cells), 3, 1):
+        rows = [continuation(m, generator=gen(i), **sampling, **b) for i, (m, b) in enumerate(cells)]
+        for one, row in zip(alone, continue_rows(shared, rows, max_rows=cap)):
+            same_record(one, row)
+
+
+def test_stacked_rows_attend_only_to_their_own_slots(net, prompt):
+    """Two rows of different cache lengths stacked: each one's next logits are those it has alone."""
+    shared = prefill_prompt(net, prompt[0], None, "query_aware", ["knorm"])
+    short = shared.engine.fork()
+    short.compress(METHODS["knorm"](), torch.tensor([5]))
+    long = shared.engine.fork()
+    batch = KVEngine.stack([short, long])
+    assert batch.state.length == TC and batch.state.n_valid.tolist() == [5, TC]
+    token = torch.tensor([3, 3])
+    with batch.evaluating():
+        both = batch.step(token)
+        alone = [KVEngine.stack([e]).step(token[:1]) for e in (short, long)]
+    for row, logits in enumerate(alone):
+        torch.testing.assert_close(both[row], logits[0], rtol=1e-5, atol=1e-5)
