@@ -59,6 +59,19 @@ def test_every_method_and_budget_decodes_in_one_batch_as_it_does_alone(net, prom
     assert again.tokens == alone[cells.index(("h2o", {"sparsity": 0.5}))].tokens
 
 
+def test_rows_recompressed_every_interval_steps_decode_in_batches_as_they_do_alone(net, prompt):
+    """With an interval, each row's method re-compresses it from its running statistics: rows reading the
+    same statistics share a batch (h2o and tova both read `cum` here), each row as it decodes alone."""
+    cells = grid()[::2]
+    shared = prefill_prompt(net, prompt[0], prompt[1], "query_aware", [m for m, _ in cells])
+    alone = [continue_prompt(net, shared, m, max_new_tokens=N, interval=3, **b) for m, b in cells]
+    rows = [continuation(m, max_new_tokens=N, **b) for m, b in cells]
+    batched = continue_rows(shared, rows, max_rows=4, interval=3)
+    assert sum(r.compressions for r in alone) > len(cells)  # re-compressions happened
+    for one, row in zip(alone, batched):
+        same_record(one, row)
+
+
 def test_sampled_rows_draw_from_their_own_generators_and_a_row_cap_changes_nothing(net, prompt):
     cells = [("dense", {}), ("h2o", {"sparsity": 0.5}), ("snapkv", {"budget_tokens": 9}), ("knorm", {"sparsity": 0.8})]
     shared = prefill_prompt(net, prompt[0], prompt[1], "query_aware", [m for m, _ in cells])

@@ -39,34 +39,23 @@ def _decode(engine, method, keep, steps=4):
     return torch.stack(out, 1)
 
 
-def test_a_copy_continues_like_a_fresh_prefill_and_leaves_the_original_as_it_was(net):
+def test_a_fork_continues_like_a_fresh_prefill_and_leaves_the_original_as_it_was(net):
+    """fork shares the prefill's tensors for a compression (no copy); what it compressed, stacked into a
+    batch of its own, decodes as a fresh prefill would, and the shared prefill stays as it was."""
     method = make_method("h2o")
     fresh = KVEngine(net, AttentionRecorder.for_method(method))
     fresh.last = fresh.prefill(_ids())
     shared = KVEngine(net, AttentionRecorder.for_method(method))
     shared.last = shared.prefill(_ids())
-    before = shared.state.kv_bytes()
-    copied = shared.copy(shared.recorder)
-    copied.last = shared.last
-    keep = torch.tensor([8])
-    torch.testing.assert_close(_decode(copied, method, keep), _decode(fresh, method, keep), atol=0, rtol=0)
+    before, stats = shared.state.kv_bytes(), {k: v.clone() for k, v in shared.recorder.layers[0].items()}
+    fork = shared.fork(shared.recorder)
+    assert fork.compress(method, torch.tensor([8]))
+    fork = KVEngine.stack([fork])  # with the statistics it kept, which h2o goes on recording
+    fork.last = shared.last
+    torch.testing.assert_close(_decode(fork, method, torch.tensor([8])), _decode(fresh, method, torch.tensor([8])),
+                               atol=0, rtol=0)
     assert shared.state.length == 20 and shared.state.kv_bytes() == before and shared.state.compressions == 0
-
-
-def test_expanded_rows_decode_like_separate_runs_with_their_own_budgets(net):
-    method = make_method("snapkv")
-    one = KVEngine(net, AttentionRecorder.for_method(method))
-    last = one.prefill(_ids(seed=2))
-    rows = one.expand(3)
-    rows.last = last.repeat_interleave(3, 0)
-    budgets = torch.tensor([5, 9, 20])
-    together = _decode(rows, method, budgets)
-    for i, keep in enumerate(budgets.tolist()):
-        alone = KVEngine(net, AttentionRecorder.for_method(method))
-        alone.last = alone.prefill(_ids(seed=2))
-        torch.testing.assert_close(together[i:i + 1], _decode(alone, method, torch.tensor([keep])),
-                                   atol=1e-5, rtol=1e-5)
-    assert one.state.valid.shape[0] == 1  # expanding copied: the one-row prefill is still there
+    assert all(torch.equal(stats[k], v) for k, v in shared.recorder.layers[0].items())
 
 
 def test_every_schedule_returns_the_one_record(net):

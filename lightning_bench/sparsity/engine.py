@@ -3,10 +3,11 @@
 Streaming perplexity (streaming.py), decoding on a pruned cache (decode.py) and a task's prompt
 (task_decode.py) are short schedules of the same five moves: `prefill` (recording the attention
 statistics the methods declare), `feed` tokens, `compress` (a method and a per-row budget, through
-`EvictionState.compress`), `step` one token per row, and `copy` / `expand` (one prefill continued by
-several methods, or by several rows). The engine alone switches the network to eval() and back, syncs
-the device before a clock is read, and meters cache lengths, KV bytes and the dense cache's bytes, so a
-schedule only decides WHEN each move happens (as kvpress wraps a press instead of rewriting the loop).
+`EvictionState.compress`), `step` one token per row, and `fork` / `stack` / `select` (one prefill
+continued by several methods and budgets as the rows of one batch, finished rows leaving it). The
+engine alone switches the network to eval() and back, syncs the device before a clock is read, and
+meters cache lengths, KV bytes and the dense cache's bytes, so a schedule only decides WHEN each move
+happens (as kvpress wraps a press instead of rewriting the loop).
 """
 
 from __future__ import annotations
@@ -289,27 +290,16 @@ class KVEngine:
         self.record.kv_bytes.append(self.state.kv_bytes())
         self.record.dense_kv_bytes.append(self.slot_bytes * self.dense_length)
 
-    def copy(self, recorder=None) -> "KVEngine":
-        """A new engine continuing a copy of this cache (and of `recorder`, e.g. one of a fan-out's), with a
-        fresh record: what lets one prefill be continued by several methods. The copy costs a cache's
-        memory, so a schedule copies only what it will reuse."""
-        other = copy.copy(self)
-        other.state, other.recorder = copy.deepcopy(self.state), copy.deepcopy(recorder)
-        other.record = KVRecord(forwards=self.record.forwards)
-        return other
-
     def fork(self, recorder=None) -> "KVEngine":
-        """A copy that shares this cache's tensors, for ONE compression (which gathers new tensors and leaves
-        the shared ones as they were) before `stack`: unlike `copy`, no cache is copied. Neither it nor this
-        engine may append to the shared tensors while the other is in use."""
+        """A copy that shares this cache's tensors (and `recorder`'s statistics), for compressions, which
+        gather new tensors and leave the shared ones as they were, before `stack`: unlike `copy`, nothing is
+        copied. Neither it nor this engine may append to the shared tensors while the other is in use."""
         other = copy.copy(self)
         state = other.state = copy.copy(self.state)
         state.cache = copy.copy(self.state.cache)
         state.cache.layers = [copy.copy(layer) for layer in self.state.cache.layers]
         state.positions, state.rope = list(self.state.positions), list(self.state.rope)
-        other.recorder = None if recorder is None else copy.copy(recorder)
-        if recorder is not None:  # the compression re-gathers the statistics it keeps: into new dicts
-            other.recorder.layers = {i: dict(stats) for i, stats in recorder.layers.items()}
+        other.recorder = _map_stats(recorder, lambda t, _: t)
         other.record = KVRecord(forwards=self.record.forwards)
         return other
 
@@ -317,61 +307,59 @@ class KVEngine:
     def stack(cls, engines: list["KVEngine"]) -> "KVEngine":
         """One engine whose rows are the rows of `engines` (caches of any lengths, e.g. compressed by different
         methods and budgets): each is left-padded with filler slots (invalid, as an eviction leaves them) to
-        the longest, so every row attends to exactly its own slots and decodes as it would alone. Statistics
-        are not carried: a stacked batch decodes without recording (no later compression reads them)."""
+        the longest, so every row attends to exactly its own slots and decodes as it would alone. Their
+        recorders (all None, or all AttentionRecorders of one `Needs`) are stacked too, their statistics
+        padded alike (fillers are never attended: zero)."""
         first = engines[0]
         S = max(e.state.length for e in engines)
-        pad = lambda t, value=0: torch.nn.functional.pad(t, (0, 0, S - t.shape[-2], 0), value=value)  # noqa: E731
-        left = lambda t, value: torch.nn.functional.pad(t, (S - t.shape[-1], 0), value=value)  # noqa: E731
+        left = lambda t, value=0: torch.nn.functional.pad(t, (S - t.shape[-1], 0), value=value)  # noqa: E731
+        slots = lambda t: torch.nn.functional.pad(t, (0, 0, S - t.shape[-2], 0))  # noqa: E731 - (B, H, S, D)
         other = copy.copy(first)
         state = other.state = copy.copy(first.state)
         state.cache = copy.copy(first.state.cache)
         state.cache.layers = [copy.copy(layer) for layer in first.state.cache.layers]
         for i, layer in enumerate(state.cache.layers):  # new tensors: a GrowingLayer re-buffers on its next append
-            layer.keys = torch.cat([pad(e.state.cache.layers[i].keys) for e in engines])
-            layer.values = torch.cat([pad(e.state.cache.layers[i].values) for e in engines])
+            layer.keys = torch.cat([slots(e.state.cache.layers[i].keys) for e in engines])
+            layer.values = torch.cat([slots(e.state.cache.layers[i].values) for e in engines])
         state.valid = torch.cat([left(e.state.valid, False) for e in engines])
-        shared = all(e.state.rope[i] is e.state.positions[i] for e in engines for i in range(len(e.state.rope)))
-        state.positions = [torch.cat([left(e.state.positions[i], 0) for e in engines])
-                           for i in range(len(first.state.positions))]
-        state.rope = state.positions if shared else [torch.cat([left(e.state.rope[i], 0) for e in engines])
-                                                      for i in range(len(first.state.rope))]
-        state.positions, state.rope = list(state.positions), list(state.rope)
+        layers = range(len(first.state.positions))
+        shared = all(e.state.rope[i] is e.state.positions[i] for e in engines for i in layers)
+        state.positions = [torch.cat([left(e.state.positions[i]) for e in engines]) for i in layers]
+        state.rope = list(state.positions) if shared else [torch.cat([left(e.state.rope[i]) for e in engines])
+                                                           for i in layers]
         state.seen = torch.cat([e.state.seen for e in engines])
         state.next_rope = torch.cat([e.state.next_rope for e in engines])
-        other.recorder, other.record = None, KVRecord(forwards=first.record.forwards)
+        other.recorder = _map_stats(first.recorder, lambda _, at: torch.cat([left(e.recorder.layers[at[0]][at[1]])
+                                                                            for e in engines]))
+        other.record = KVRecord(forwards=first.record.forwards)
         return other
 
-    def keep_rows(self, rows: torch.Tensor) -> None:
-        """Only `rows` (indices) stay in the batch (finished rows drop out); filler slots no remaining row
-        needs (the leading columns invalid in every row) go too."""
-        state = self.state
-        valid = state.valid[rows]
-        start = int(valid.any(0).nonzero()[0]) if bool(valid.any()) else 0
-        for layer in state.cache.layers:
-            layer.keys, layer.values = layer.keys[rows, :, start:], layer.values[rows, :, start:]
-        state.valid = valid[:, start:]
-        shared = state.rope[0] is state.positions[0]
-        state.positions = [p[rows, :, start:] for p in state.positions]
-        state.rope = state.positions if shared else [r[rows, :, start:] for r in state.rope]
-        state.positions, state.rope = list(state.positions), list(state.rope)
-        state.seen, state.next_rope = state.seen[rows], state.next_rope[rows]
-
-    def expand(self, rows: int) -> "KVEngine":
-        """A copy whose batch holds every row `rows` times (row b becomes rows b*rows .. b*rows + rows - 1), so
-        several methods, budgets or draws continue one prefill as one batch."""
-        other = self.copy(self.recorder)
+    def select(self, rows: list[int], trim: bool = True) -> "KVEngine":
+        """An engine over `rows` of this batch (new tensors; this one is left as it was), without the leading
+        filler slots that none of them needs when `trim`: one row alone is then exactly the cache it would
+        hold had it never been batched (what a compression of that row alone scores)."""
+        index = torch.tensor(rows, device=self.device)
+        valid = self.state.valid[index]
+        start = int(valid.any(0).nonzero()[0]) if trim and bool(valid.any()) else 0
+        cut = lambda t: t[index][..., start:]  # noqa: E731 - rows, then slots (the last dimension)
+        other = self.fork()
         state = other.state
         for layer in state.cache.layers:
-            layer.keys = layer.keys.repeat_interleave(rows, 0)
-            layer.values = layer.values.repeat_interleave(rows, 0)
-        state.valid, state.seen = state.valid.repeat_interleave(rows, 0), state.seen.repeat_interleave(rows, 0)
-        state.next_rope = state.next_rope.repeat_interleave(rows, 0)
-        for i, (pos, rope) in enumerate(zip(state.positions, state.rope)):
-            state.positions[i] = pos.repeat_interleave(rows, 0)
-            state.rope[i] = state.positions[i] if rope is pos else rope.repeat_interleave(rows, 0)
-        for recorder in getattr(other.recorder, "recorders", [other.recorder] if other.recorder else []):
-            for stats in recorder.layers.values():
-                for name, value in stats.items():
-                    stats[name] = value.repeat_interleave(rows, 0)
+            layer.keys, layer.values = layer.keys[index, :, start:], layer.values[index, :, start:]
+        shared = state.rope[0] is state.positions[0]
+        state.valid, state.positions = valid[:, start:], [cut(p) for p in state.positions]
+        state.rope = list(state.positions) if shared else [cut(r) for r in state.rope]
+        state.seen, state.next_rope = state.seen[index], state.next_rope[index]
+        other.recorder = _map_stats(self.recorder, lambda t, _: cut(t))
+        other.record = self.record
         return other
+
+
+def _map_stats(recorder, change):
+    """A shallow copy of `recorder` (an AttentionRecorder, or None) with every statistic `change(tensor,
+    (layer, name))`, in new dicts (what a compression re-gathers, leaving the original as it was)."""
+    if recorder is None:
+        return None
+    out = copy.copy(recorder)
+    out.layers = {i: {name: change(t, (i, name)) for name, t in stats.items()} for i, stats in recorder.layers.items()}
+    return out

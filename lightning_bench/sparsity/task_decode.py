@@ -123,59 +123,15 @@ def continue_prompt(net, prompt: PrefilledPrompt, method: Union[str, Method] = "
                     temperature: float = 0.0, top_p: float = 1.0, generator: Optional[torch.Generator] = None,
                     method_params: Optional[dict] = None, rounding: str = "ceil", reuse: bool = True,
                     rerotate: bool = False) -> KVRecord:
-    """Compress `prompt`'s cache with `method` and generate (arguments as `generate_for_task`). With
-    `reuse` the prompt is left as it was (the engine continues a copy), so another method can continue it
-    again; reuse=False consumes it. The record's figures: context_tokens, question_tokens, compressed_tokens
-    (what the first compression applied to), kept_tokens (the slots it kept), kv_bytes_prefill."""
-    plan = Budget.build(method, sparsity, budget_tokens, rounding, method_params)
-    positive_int("interval", interval, minimum=0)
-    decoding = Decoding(max_new_tokens, temperature, top_p, generator, stop_ids, stop_strings, tokenizer).check()
-    return _continue(prompt, plan, interval, decoding, reuse, rerotate)
-
-
-@torch.no_grad()
-def _continue(prompt: PrefilledPrompt, plan: Budget, interval: int, decoding: Decoding, reuse: bool,
-              rerotate: bool) -> KVRecord:
-    method = plan.method
-    if method.needs and method.needs not in prompt.recorders:
-        raise ConfigError(f"the prompt was prefilled without the attention statistics {method.name!r} reads "
-                          f"({', '.join(method.needs.names())}); pass it to prefill_prompt(methods=...)")
-    compressed = _check_fixed_budget(plan, prompt.context_tokens, prompt.question_tokens, prompt.protocol)
-    recorder = prompt.recorders.get(method.needs) if method.needs else None
-    engine = prompt.engine.copy(recorder) if reuse else prompt.engine
-    engine.recorder = engine.recorder if reuse else recorder
-    schedule = Compress(plan, rerotate, interval)
-    with engine.evaluating():
-        start = engine.clock()
-        schedule(engine)  # the first compression, then the question (query_agnostic), then decoding
-        engine.record.figures["kept_tokens"] = int(engine.state.n_valid.sum())
-        if not interval:
-            engine.recorder = None  # no later compression reads the statistics: stop computing them
-        engine.meter()
-        logits = prompt.logits
-        if prompt.agnostic:
-            logits = engine.feed(prompt.question_ids, logits_to_keep=1)[:, -1]
-            engine.meter()
-        tokens = [decoding.pick(logits[0])]
-        decode_start = engine.clock()
-        stopped = decoding.stop_reason(tokens)
-        while stopped is None and len(tokens) < decoding.max_new_tokens:
-            step = len(tokens) - 1  # decoding steps done so far
-            if step and schedule.due(step):
-                schedule(engine)
-            logits = engine.step(torch.tensor([tokens[-1]], device=engine.device))
-            engine.meter()
-            tokens.append(decoding.pick(logits[0]))
-            stopped = decoding.stop_reason(tokens)
-        end = engine.clock()
-    record = engine.record
-    record.tokens, record.stopped = tokens, stopped
-    record.prefill_seconds, record.decode_seconds = prompt.seconds + decode_start - start, end - decode_start
-    record.method = {**plan.describe(), "protocol": prompt.protocol, "interval": interval,
-                     "question_tokens": prompt.question_tokens, **({"rerotate": True} if rerotate else {})}
-    record.figures.update(context_tokens=prompt.context_tokens, question_tokens=prompt.question_tokens,
-                          compressed_tokens=compressed, kv_bytes_prefill=prompt.kv_prefill)
-    return record
+    """Compress `prompt`'s cache with `method` and generate (arguments as `generate_for_task`): one row of
+    `continue_rows`. The prompt is left as it was, so another method can continue it again (`reuse` is
+    kept for callers: nothing is copied either way). The record's figures: context_tokens, question_tokens,
+    compressed_tokens (what the first compression applied to), kept_tokens (the slots it kept),
+    kv_bytes_prefill."""
+    row = continuation(method, sparsity=sparsity, budget_tokens=budget_tokens, max_new_tokens=max_new_tokens,
+                       stop_ids=stop_ids, stop_strings=stop_strings, tokenizer=tokenizer, temperature=temperature,
+                       top_p=top_p, generator=generator, method_params=method_params, rounding=rounding)
+    return continue_rows(prompt, [row], interval=interval, rerotate=rerotate)[0]
 
 
 @dataclass
@@ -197,91 +153,104 @@ def continuation(method: Union[str, Method] = "dense", *, sparsity: Optional[flo
 
 
 @torch.no_grad()
-def continue_rows(prompt: PrefilledPrompt, rows: list[Row], max_rows: int = 16) -> list[KVRecord]:
-    """`continue_prompt` for several methods, budgets or draws of one prefilled prompt as rows of a batch,
-    `max_rows` at a time (what bounds memory): each row's cache compressed by its method (from the shared
-    prefill, which is not copied), the question fed (query_agnostic) and the answers decoded together, a
-    finished row leaving the batch. Greedy tokens are those of `continue_prompt` row by row
-    (tests/test_batched_continuation.py); sampled rows draw from their own generators. Only the first
-    compression (interval 0): a re-compressing schedule reads each row's running statistics.
+def continue_rows(prompt: PrefilledPrompt, rows: list[Row], max_rows: int = 16, interval: int = 0,
+                  rerotate: bool = False) -> list[KVRecord]:
+    """Several methods, budgets or draws continuing one prefilled prompt as the rows of a batch, `max_rows`
+    at a time (what bounds memory): each row's cache compressed by its own method from the shared prefill
+    (which is neither copied nor changed), the question fed (query_agnostic), the answers decoded together,
+    a finished row leaving the batch. With `interval` > 0 every row is re-compressed by its method every
+    `interval` steps, reading its running attention statistics: then a batch holds the rows whose methods
+    read the same statistics (one recorder per batch). Greedy tokens, stops and records are those of each
+    row decoded alone (tests/test_batched_continuation.py); sampled rows draw from their own generators.
 
-    Timings: a row's prefill_seconds is the shared prefill plus its own compression; each batched step's
-    wall time is shared equally by the rows it decoded (the rows' decode_seconds add up to the batch's).
-    Its meter counts its own slots (what it would hold alone: fillers left out)."""
+    Timings: a row's prefill_seconds is the shared prefill plus its own compression (and its share of the
+    question's forward); each batched step's wall time is shared equally by the rows it decoded, so the
+    rows' decode_seconds add up to the batch's. The meter counts a row's own slots (fillers left out)."""
     positive_int("max_rows", max_rows)
-    records = []
-    for first in range(0, len(rows), max_rows):
-        records += _decode_rows(prompt, rows[first:first + max_rows])
+    positive_int("interval", interval, minimum=0)
+    for row in rows:
+        _check_fixed_budget(row.plan, prompt.context_tokens, prompt.question_tokens, prompt.protocol)
+        needs = row.plan.method.needs
+        if needs and needs not in prompt.recorders:
+            raise ConfigError(f"the prompt was prefilled without the attention statistics {row.plan.method.name!r} "
+                              f"reads ({', '.join(needs.names())}); pass it to prefill_prompt(methods=...)")
+    batches: dict = {}  # rows of one batch: all of them, or (interval) those reading the same statistics
+    for r, row in enumerate(rows):
+        batches.setdefault(row.plan.method.needs if interval else None, []).append(r)
+    records: list = [None] * len(rows)
+    for members in batches.values():
+        for first in range(0, len(members), max_rows):
+            chunk = members[first:first + max_rows]
+            for r, record in zip(chunk, _decode_rows(prompt, [rows[r] for r in chunk], interval, rerotate)):
+                records[r] = record
     return records
 
 
-def _decode_rows(prompt: PrefilledPrompt, rows: list[Row]) -> list[KVRecord]:
-    compressed = [_check_fixed_budget(row.plan, prompt.context_tokens, prompt.question_tokens, prompt.protocol)
-                  for row in rows]
-    engines, records, compress_s = [], [], []
-    with prompt.engine.evaluating():
-        for row in rows:
-            method = row.plan.method
-            if method.needs and method.needs not in prompt.recorders:
-                raise ConfigError(f"the prompt was prefilled without the attention statistics {method.name!r} "
-                                  f"reads; pass it to prefill_prompt(methods=...)")
-            start = prompt.engine.clock()
-            engine = prompt.engine.fork(prompt.recorders.get(method.needs) if method.needs else None)
-            Compress(row.plan)(engine)
-            engines.append(engine)
-            compress_s.append(engine.clock() - start)
-        batch = KVEngine.stack(engines)
-        slot = prompt.engine.slot_bytes
-        for engine, row, span in zip(engines, rows, compressed):
-            record = engine.record
-            record.compressions = engine.state.compressions
-            record.figures.update(kept_tokens=int(engine.state.n_valid.sum()), context_tokens=prompt.context_tokens,
-                                  question_tokens=prompt.question_tokens, compressed_tokens=span,
-                                  kv_bytes_prefill=prompt.kv_prefill)
-            record.method = {**row.plan.describe(), "protocol": prompt.protocol, "interval": 0,
-                             "question_tokens": prompt.question_tokens}
-            records.append(record)
-        del engines
-        fed = prompt.engine.dense_length + (prompt.question_tokens if prompt.agnostic else 0)  # before decoding
+def _compressed(engine: KVEngine, row: Row, rerotate: bool, record: KVRecord) -> float:
+    """Compress one row alone (as `engine`, a single-row fork or selection) by its method; the seconds."""
+    start = engine.clock()
+    record.compressions += int(Compress(row.plan, rerotate)(engine))
+    return engine.clock() - start
 
-        def meter(active: list[int], dense: int) -> None:
+
+def _decode_rows(prompt: PrefilledPrompt, rows: list[Row], interval: int, rerotate: bool) -> list[KVRecord]:
+    records = [KVRecord(forwards=prompt.engine.record.forwards) for _ in rows]
+    slot, fed = prompt.engine.slot_bytes, prompt.engine.dense_length
+    with prompt.engine.evaluating():
+        engines = [prompt.engine.fork(prompt.recorders.get(row.plan.method.needs)) for row in rows]
+        seconds = [_compressed(e, row, rerotate, rec) for e, row, rec in zip(engines, rows, records)]
+        for engine, row, record in zip(engines, rows, records):
+            if not interval:
+                engine.recorder = None  # no later compression reads the statistics: stop computing them
+            record.figures.update(kept_tokens=int(engine.state.n_valid.sum()), context_tokens=prompt.context_tokens,
+                                  question_tokens=prompt.question_tokens, kv_bytes_prefill=prompt.kv_prefill,
+                                  compressed_tokens=_check_fixed_budget(row.plan, prompt.context_tokens,
+                                                                        prompt.question_tokens, prompt.protocol))
+            record.method = {**row.plan.describe(), "protocol": prompt.protocol, "interval": interval,
+                             "question_tokens": prompt.question_tokens, **({"rerotate": True} if rerotate else {})}
+        batch, active = KVEngine.stack(engines), list(range(len(rows)))
+        del engines
+
+        def meter(dense: int) -> None:
             for r, length in zip(active, batch.state.n_valid.tolist()):
                 records[r].cache_lengths.append(length)
                 records[r].kv_bytes.append(slot * length)
                 records[r].dense_kv_bytes.append(slot * dense)
 
-        active = list(range(len(rows)))
-        meter(active, prompt.engine.dense_length)
+        meter(fed)
         logits, start = prompt.logits.expand(len(rows), -1), batch.clock()
         if prompt.agnostic:  # the question on each row's compressed cache, one forward for the batch
             logits = batch.feed(prompt.question_ids.expand(len(rows), -1), logits_to_keep=1)[:, -1]
-            meter(active, fed)
-        question_s = (batch.clock() - start) / len(rows)
-        tokens = [[row.decoding.pick(logits[r])] for r, row in enumerate(rows)]
-        decode_s = [0.0] * len(rows)
-        stopped = [row.decoding.stop_reason(t) for row, t in zip(rows, tokens)]
+            fed += prompt.question_tokens
+            meter(fed)
         for r in active:
-            records[r].prefill_seconds = prompt.seconds + compress_s[r] + question_s
+            records[r].prefill_seconds = prompt.seconds + seconds[r] + (batch.clock() - start) / len(rows)
+        tokens = [[row.decoding.pick(logits[r])] for r, row in enumerate(rows)]
+        stopped = [row.decoding.stop_reason(t) for row, t in zip(rows, tokens)]
         while True:
             going = [i for i, r in enumerate(active)
                      if stopped[r] is None and len(tokens[r]) < rows[r].decoding.max_new_tokens]
             if not going:
                 break
+            start, step = batch.clock(), len(tokens[active[0]]) - 1  # decoding steps done so far
             if len(going) < len(active):
-                batch.keep_rows(torch.tensor(going, device=batch.device))
-                active = [active[i] for i in going]
-            start = batch.clock()
+                batch, active = batch.select(going), [active[i] for i in going]
+            if step and interval and step % interval == 0:  # each row re-compressed alone, then batched again
+                parts = [batch.select([i]) for i in range(len(active))]
+                for part, r in zip(parts, active):
+                    _compressed(part, rows[r], rerotate, records[r])
+                batch = KVEngine.stack(parts)
             logits = batch.step(torch.tensor([tokens[r][-1] for r in active], device=batch.device))
             for i, r in enumerate(active):
                 tokens[r].append(rows[r].decoding.pick(logits[i]))
                 stopped[r] = rows[r].decoding.stop_reason(tokens[r])
-            meter(active, fed + len(tokens[active[0]]) - 1)
+            meter(fed + step + 1)
             share = (batch.clock() - start) / len(active)
             for r in active:
-                decode_s[r] += share
+                records[r].decode_seconds += share
     for r, record in enumerate(records):
-        record.tokens, record.stopped, record.decode_seconds = tokens[r], stopped[r], decode_s[r]
-        record.forwards = prompt.engine.record.forwards + len(tokens[r]) - 1 + int(prompt.agnostic)
+        record.tokens, record.stopped = tokens[r], stopped[r]
+        record.forwards += int(prompt.agnostic) + len(tokens[r]) - 1
     return records
 
 
@@ -314,4 +283,4 @@ def generate_for_task(net, context_ids: torch.Tensor, question_ids: Optional[tor
         Tq = 0 if question_ids is None else _as_row(question_ids, "question_ids", allow_empty=True).shape[1]
         _check_fixed_budget(plan, _as_row(context_ids, "context_ids", allow_empty=False).shape[1], Tq, protocol)
     prompt = prefill_prompt(net, context_ids, question_ids, protocol, [plan.method])
-    return _continue(prompt, plan, interval, decoding, reuse=False, rerotate=rerotate)
+    return continue_rows(prompt, [Row(plan, decoding)], interval=interval, rerotate=rerotate)[0]

@@ -1,6 +1,6 @@
 """Decoding one downstream group: the cells of a task, protocol and seed share each example's prefill
-(sparsity/task_decode.prefill_prompt) and continue a copy of it with their own method and budget
-(continue_prompt); their records are scored as `lightning_bench test --task` scores them."""
+(sparsity/task_decode.prefill_prompt) and continue it with their own method and budget, as rows of a
+batch (continue_rows); their records are scored as `lightning_bench test --task` scores them."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def _cell_record(cell, pairs: list, rows: list, method_record: dict, memory) -> 
 
 def _arguments(cell, draw: int, index: int, sample, prompts: TaskPrompts, tokenizer, method_params: dict,
                rounding: str) -> dict:
-    """How one draw of one cell continues an example's prefill (`continue_prompt`'s arguments)."""
+    """How one draw of one cell continues an example's prefill (`task_decode.continuation`'s arguments)."""
     from lightning_bench.sparsity.sampling import draw_generator
 
     sampling = prompts.sampling
@@ -74,11 +74,11 @@ def run_group(net, group: list, cfg, prompts: TaskPrompts, tokenizer, params_of,
     every method of the group) and continued by each cell's method and budget: the prefill does not
     depend on the method, and the tokens are those of separate runs (tests/test_task_decode.py), while a
     long context is prefilled once instead of once per cell. The continuations of every cell and draw
-    decode together as rows of one batch (task_decode.continue_rows, at most cfg.max_batch_rows rows,
-    the same tokens as one row at a time: tests/test_batched_continuation.py), except under the
-    `interval` protocol, whose re-compressions read each row's running statistics (one row at a time).
+    decode together as rows of a batch (task_decode.continue_rows, at most cfg.max_batch_rows rows; under
+    the `interval` protocol one batch per kind of statistics the methods read), with the tokens of one row
+    at a time (tests/test_batched_continuation.py).
     With `progress`, each example's rows are saved as it ends and a stopped group resumes after them."""
-    from lightning_bench.sparsity.task_decode import continuation, continue_prompt, continue_rows, prefill_prompt
+    from lightning_bench.sparsity.task_decode import continuation, continue_rows, prefill_prompt
 
     head = group[0]
     protocol = "query_aware" if head.protocol == "interval" else head.protocol
@@ -108,16 +108,11 @@ def run_group(net, group: list, cfg, prompts: TaskPrompts, tokenizer, params_of,
                                     protocol, methods, method_params=method_params)
         prefill_peak = memory.peak_mb
         draws_of = {cell.key: [] for cell in group}
-        with memory:
-            if interval:  # re-compressions read each row's running statistics: one row at a time
-                for cell in group:
-                    draws_of[cell.key] = [continue_prompt(net, shared, **arguments(cell, draw))
-                                          for draw in range(sampling["samples"])]
-            else:  # every cell and draw of the group as rows of one batch (at most cfg.max_batch_rows)
-                keys = [(cell.key, draw) for cell in group for draw in range(sampling["samples"])]
-                batch = [continuation(**arguments(cell, draw)) for cell in group for draw in range(sampling["samples"])]
-                for (key, _), record in zip(keys, continue_rows(shared, batch, cfg.max_batch_rows)):
-                    draws_of[key].append(record)
+        with memory:  # every cell and draw of the group as rows of a batch (at most cfg.max_batch_rows)
+            keys = [cell.key for cell in group for _ in range(sampling["samples"])]
+            batch = [continuation(**arguments(cell, draw)) for cell in group for draw in range(sampling["samples"])]
+            for key, record in zip(keys, continue_rows(shared, batch, cfg.max_batch_rows, interval)):
+                draws_of[key].append(record)
         for cell in group:
             draws = draws_of[cell.key]
             texts = [tokenizer.decode(d.tokens[:-1] if d.tokens and d.tokens[-1] in prompts.stop_ids else d.tokens)
