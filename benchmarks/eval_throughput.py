@@ -16,7 +16,10 @@ first N articles, `document_rolling`) with the same SmolLM2 weights:
 The three in-process passes are interleaved batch by batch (this machine is shared and noisy), and
 the library route's per-token NLL is compared with the plain loop's: the max per-token difference.
 
-    python benchmarks/eval_throughput.py [--model DIR] [--documents 7] [--seq-len 512] [--bits 32 16]
+    python benchmarks/eval_throughput.py [--model DIR] [--documents 7] [--seq-len 512] [--bits 32 16] [--device cuda]
+
+--device cuda runs the CLI with --trainer.accelerator gpu and the in-process passes on the GPU (synchronised
+before each clock read); the default, cpu, is the measured CPU setup above.
 
 DIR defaults to $LB_SMOLLM2_DIR or ~/.cache/lightning_bench/smollm2-135m-instruct
 (make it with ../shared/scripts/smollm2.sh). Prints a table and one JSON line.
@@ -45,11 +48,14 @@ DEFAULT_MODEL = os.environ.get("LB_SMOLLM2_DIR", str(Path.home() / ".cache/light
 CONFIG = ROOT / "configs/test/smollm2_wikitext2.yaml"
 
 
-def run_cli(model: str, documents: int, seq_len: int, batch_size: int, bits: int, out: Path) -> dict:
+def run_cli(model: str, documents: int, seq_len: int, batch_size: int, bits: int, out: Path,
+            device: str = "cpu") -> dict:
     cmd = [sys.executable, "-c", "from lightning_bench.cli import main; main()", "test", "--config", str(CONFIG), "--model.pretrained", model,
            "--data.eval_max_documents", str(documents), "--data.seq_len", str(seq_len),
            "--data.batch_size", str(batch_size), "--bits", str(bits), "--results_dir", str(out / f"bits{bits}"),
            "--trainer.default_root_dir", str(out / "logs")]
+    if torch.device(device).type == "cuda":
+        cmd += ["--trainer.accelerator", "gpu"]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - start
@@ -63,44 +69,54 @@ def per_token(windows_nll: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat(windows_nll) if windows_nll else torch.empty(0)
 
 
-def in_process(model_dir: str, data_args: dict) -> dict:
+def in_process(model_dir: str, data_args: dict, device: str = "cpu") -> dict:
+    device = torch.device(device)
     dm = LMDataModule(**data_args)
     dm.setup("test")
-    batches = list(dm.test_dataloader())
+    batches = [{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in b.items()}
+               for b in dm.test_dataloader()]
     module = HFLanguageModel(model_dir)
     module.build(dm.vocab_size)
-    module.eval()
+    module.eval().to(device)
     module._check_head_fusion()
     net = module.net
+
+    def clock() -> float:  # CUDA runs asynchronously: wait for the queued work before reading the time
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter()
+
     seconds = {"bare": 0.0, "route": 0.0, "plain": 0.0}
     route_nll, plain_nll, scored, computed = [], [], 0, 0
     with torch.inference_mode():
-        net(input_ids=batches[0]["input_ids"][:, :16], use_cache=False)  # warm-up (oneDNN primitives)
+        # warm-up (oneDNN primitives; on CUDA the kernels and cuBLAS handles, at the real shapes)
+        net(input_ids=batches[0]["input_ids"] if device.type == "cuda" else batches[0]["input_ids"][:, :16],
+            use_cache=False)
         for batch in batches:
             ids, labels = batch["input_ids"], batch["labels"]
             mask = labels != IGNORE_INDEX
             scored += int(mask.sum())
             computed += ids.numel()
 
-            t = time.perf_counter()
+            t = clock()
             net(input_ids=ids, use_cache=False)
-            seconds["bare"] += time.perf_counter() - t
+            seconds["bare"] += clock() - t
 
-            t = time.perf_counter()
+            t = clock()
             hidden = module.hidden_states(ids)[mask]  # the test step's route (LanguageModule._eval_step)
             head = module._fused_head[0]
             route = head_nll(hidden, head.weight, head.bias, labels[mask])
-            seconds["route"] += time.perf_counter() - t
+            seconds["route"] += clock() - t
             route_nll.append(route)
 
-            t = time.perf_counter()
+            t = clock()
             for row_ids, row_labels in zip(ids, labels):
                 n = int((row_labels != IGNORE_INDEX).nonzero().max()) + 1  # the window without its padding
                 logits = net(input_ids=row_ids[None, :n], use_cache=False).logits[0]
                 logprobs = F.log_softmax(logits.float(), dim=-1)
                 keep = row_labels[:n] != IGNORE_INDEX
                 plain_nll.append(-logprobs[keep].gather(1, row_labels[:n][keep, None]).squeeze(1))
-            seconds["plain"] += time.perf_counter() - t
+            seconds["plain"] += clock() - t
     route_all, plain_all = per_token(route_nll), per_token(plain_nll)
     return {"seconds": seconds, "scored": scored, "computed": computed, "batches": len(batches),
             "route_nll_sum": float(route_all.double().sum()), "plain_nll_sum": float(plain_all.double().sum()),
@@ -115,17 +131,20 @@ def main():
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--bits", type=int, nargs="+", default=[32, 16])
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
-        cli = {bits: run_cli(args.model, args.documents, args.seq_len, args.batch_size, bits, Path(tmp) / "a")
+        cli = {bits: run_cli(args.model, args.documents, args.seq_len, args.batch_size, bits, Path(tmp) / "a",
+                             args.device)
                for bits in args.bits}
         first = next(iter(cli.values()))["record"]
         data_args = dict(first["config"]["data"]["init_args"], tokenizer=args.model)
         data_args["test_path"] = str((ROOT / data_args["test_path"]).resolve())
-        ours = in_process(args.model, data_args)
+        ours = in_process(args.model, data_args, args.device)
         if 32 in cli:  # the CLI cannot be interleaved with the in-process passes: run it on both sides of them
-            again = run_cli(args.model, args.documents, args.seq_len, args.batch_size, 32, Path(tmp) / "b")
+            again = run_cli(args.model, args.documents, args.seq_len, args.batch_size, 32, Path(tmp) / "b",
+                            args.device)
             before, after = (r["record"]["scored_tokens_per_sec"] for r in (cli[32], again))
             print(f"lightning_bench test --bits 32: {before:.1f} tokens/s before the in-process passes, "
                   f"{after:.1f} after; the table uses their mean")

@@ -29,8 +29,10 @@ Counter fixes (the first two are ``counter_custom_mapping()``, FlopCounterMode's
   ``aten._scaled_dot_product_flash_attention_for_cpu_backward`` (and the ``_fused_attention_overrideable``
   pair used by out-of-tree backends) have no formula in torch, so attention counted 0 on CPU. They get
   torch's own ``sdpa_flop_count`` / ``sdpa_backward_flop_count``, exactly what the CUDA flash /
-  efficient / cuDNN ops use, so CPU and CUDA counts agree. An op is only added when torch has no
-  formula for it, and each attention call dispatches to exactly one of these ops: no double count.
+  efficient / cuDNN ops use, so CPU and CUDA counts agree; the CUDA ops get the same formula with the
+  key/value heads broadcast to the query heads (torch before 2.12 asserts equal heads, and a GQA model's
+  bf16 evaluation on CUDA stopped there). Each attention call dispatches to exactly one of these ops:
+  no double count.
   Convention (torch's): FULL, non-causal ``QK^T`` and ``AV`` with the query heads (GQA broadcast):
   forward ``4 * B * H_q * T_q * T_k * d_head`` (``= 4 * B * T^2 * d_model`` per layer for self-attention
   with ``H_q * d_head = d_model``, i.e. ``2*2*T*d_model`` per token per layer); backward 2.5 x that
@@ -125,12 +127,19 @@ def transformer_forward_flops(batch: int, seq_len: int, n_layer: int, d_model: i
 # ---------------------------------------------------------------------------------------------
 # counter formulas torch lacks
 # ---------------------------------------------------------------------------------------------
+def _query_heads(query_shape, *shapes) -> list[tuple]:
+    """Key/value shapes broadcast to the query heads (GQA), as the kernels compute them: torch's formulas
+    before 2.12 assert equal heads and stop a GQA model's first batch (SmolLM2 in bf16 on CUDA)."""
+    return [(shape[0], query_shape[1], *shape[2:]) for shape in shapes]
+
+
 def _sdpa_forward(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-    return _fc.sdpa_flop_count(query_shape, key_shape, value_shape)
+    return _fc.sdpa_flop_count(query_shape, *_query_heads(query_shape, key_shape, value_shape))
 
 
 def _sdpa_backward(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-    return _fc.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+    return _fc.sdpa_backward_flop_count(grad_out_shape, query_shape,
+                                        *_query_heads(query_shape, key_shape, value_shape))
 
 
 def _conv_backward(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding, _dilation, transposed,
@@ -140,17 +149,18 @@ def _conv_backward(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding, _
 
 
 def counter_custom_mapping() -> dict:
-    """FlopCounterMode `custom_mapping`: SDPA formulas for the CPU / overrideable kernels (only where
-    torch has none) and the groups-aware convolution backward."""
+    """FlopCounterMode `custom_mapping`: SDPA formulas for the CPU / overrideable kernels (which torch
+    lacks) and GQA-safe ones for the CUDA kernels (torch's own formula, key/value heads broadcast), and the
+    groups-aware convolution backward."""
     aten = torch.ops.aten
     mapping: dict[Any, Callable] = {aten.convolution_backward: _conv_backward}
-    for name, formula in (("_scaled_dot_product_flash_attention_for_cpu", _sdpa_forward),
-                          ("_scaled_dot_product_flash_attention_for_cpu_backward", _sdpa_backward),
-                          ("_scaled_dot_product_fused_attention_overrideable", _sdpa_forward),
-                          ("_scaled_dot_product_fused_attention_overrideable_backward", _sdpa_backward)):
-        op = getattr(aten, name, None)
-        if op is not None and op not in _fc.flop_registry:
-            mapping[op] = formula
+    for kernel in ("flash_attention_for_cpu", "fused_attention_overrideable", "flash_attention",
+                   "efficient_attention", "cudnn_attention"):
+        for name, formula in ((f"_scaled_dot_product_{kernel}", _sdpa_forward),
+                              (f"_scaled_dot_product_{kernel}_backward", _sdpa_backward)):
+            op = getattr(aten, name, None)
+            if op is not None:
+                mapping[op] = formula
     return mapping
 
 
