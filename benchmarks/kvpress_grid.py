@@ -39,7 +39,6 @@ kvpress it says so and exits 0. Everything runs in one process, on one CPU, fp32
 
 import argparse
 import contextlib
-import io
 import json
 import os
 import re

@@ -156,7 +156,7 @@ def continuation(method: Union[str, Method] = "dense", *, sparsity: Optional[flo
 def continue_rows(prompt: PrefilledPrompt, rows: list[Row], max_rows: int = 16, interval: int = 0,
                   rerotate: bool = False) -> list[KVRecord]:
     """Several methods, budgets or draws continuing one prefilled prompt as the rows of a batch, `max_rows`
-    at a time (what bounds memory): each row's cache compressed by its own method from the shared prefill
+    at a time (what bounds memory), rows of similar cache lengths together: each row's cache compressed by its own method from the shared prefill
     (which is neither copied nor changed), the question fed (query_agnostic), the answers decoded together,
     a finished row leaving the batch. With `interval` > 0 every row is re-compressed by its method every
     `interval` steps, reading its running attention statistics: then a batch holds the rows whose methods
@@ -179,11 +179,23 @@ def continue_rows(prompt: PrefilledPrompt, rows: list[Row], max_rows: int = 16, 
         batches.setdefault(row.plan.method.needs if interval else None, []).append(r)
     records: list = [None] * len(rows)
     for members in batches.values():
-        for first in range(0, len(members), max_rows):
-            chunk = members[first:first + max_rows]
+        for chunk in _by_cache_length(prompt, rows, members, max_rows):
             for r, record in zip(chunk, _decode_rows(prompt, [rows[r] for r in chunk], interval, rerotate)):
                 records[r] = record
     return records
+
+
+def _by_cache_length(prompt: PrefilledPrompt, rows: list[Row], members: list[int], max_rows: int) -> list[list[int]]:
+    """`members` in batches of at most `max_rows` rows whose first compression keeps at most twice as many
+    slots as the batch's shortest: every row of a batch attends over the longest row's slots (its own plus
+    fillers), so a dense row batched with 10% budgets would make each of them as slow as itself."""
+    kept = {r: int(rows[r].plan.keep(prompt.state).max()) for r in members}
+    chunks: list[list[int]] = []
+    for r in sorted(members, key=kept.get):
+        if not chunks or len(chunks[-1]) == max_rows or kept[r] > 2 * kept[chunks[-1][0]]:
+            chunks.append([])
+        chunks[-1].append(r)
+    return chunks
 
 
 def _compressed(engine: KVEngine, row: Row, rerotate: bool, record: KVRecord) -> float:
