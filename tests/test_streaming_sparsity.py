@@ -316,25 +316,20 @@ def without_timings(results: dict) -> dict:
             for d, methods in results.items()}
 
 
-def test_sweep_killed_by_sigkill_resumes_to_the_same_json(tmp_path, tiny_corpus, capsys):
-    """kill -9 in the middle of a sweep, then the same command: the final JSON is the uninterrupted one."""
-    import os
-    import signal
-    import subprocess
-    import sys
+def test_sweep_killed_by_sigkill_resumes_to_the_same_json(tmp_path, tiny_corpus, capsys, cli_process):
+    """kill -9 in the middle of a sweep (a process of its own), then the same command: the final JSON is the
+    uninterrupted one."""
     import time
 
     config = tiny_sweep(tmp_path, tiny_corpus)
     sweep(capsys, "--config", str(config))
     killed = tmp_path / "killed.json"
-    proc = subprocess.Popen([sys.executable, "-m", "lightning_bench.cli", "sweep", "--config", str(config),
-                             "--output", str(killed)], env={**os.environ, "OMP_NUM_THREADS": "1"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = cli_process(["sweep", "--config", str(config), "--output", str(killed)], tmp_path / "killed.log")
     deadline = time.monotonic() + 300
-    while proc.poll() is None and time.monotonic() < deadline and not killed.exists():
+    while proc.is_alive() and time.monotonic() < deadline and not killed.exists():
         time.sleep(0.02)  # the file appears (atomically) once the first cell is done
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.kill()  # SIGKILL
+    proc.join()
     partial = json.loads(killed.read_text())
     assert 1 <= partial["cells_done"] < 11 and not partial["complete"]
     out = sweep(capsys, "--config", str(config), "--output", str(killed))
