@@ -103,11 +103,11 @@ def test_stacked_rows_attend_only_to_their_own_slots(net, prompt):
 def test_a_batch_holds_rows_of_similar_cache_lengths(net, prompt):
     """A dense row (every slot) is not batched with rows keeping a fifth of them: each row of a batch
     attends over its longest row's slots."""
-    from lightning_bench.sparsity.task_decode import _by_cache_length
+    from lightning_bench.sparsity.task_decode import batches_by_cache_length
 
     shared = prefill_prompt(net, prompt[0], prompt[1], "query_aware", ["knorm"])
     rows = [continuation(m, **b) for m, b in [("dense", {}), ("knorm", {"sparsity": 0.8}), ("knorm", {"sparsity": 0.5}),
                                               ("knorm", {"budget_tokens": 7})]]
-    chunks = _by_cache_length(shared, rows, [0, 1, 2, 3], max_rows=8)
+    chunks = batches_by_cache_length(shared, rows, [0, 1, 2, 3], max_rows=8)
     assert chunks == [[1, 3], [2, 0]]  # 6 and 7 slots; 15 and 29
-    assert _by_cache_length(shared, rows, [0, 1, 2, 3], max_rows=1) == [[1], [3], [2], [0]]
+    assert batches_by_cache_length(shared, rows, [0, 1, 2, 3], max_rows=1) == [[1], [3], [2], [0]]

@@ -179,13 +179,13 @@ def continue_rows(prompt: PrefilledPrompt, rows: list[Row], max_rows: int = 16, 
         batches.setdefault(row.plan.method.needs if interval else None, []).append(r)
     records: list = [None] * len(rows)
     for members in batches.values():
-        for chunk in _by_cache_length(prompt, rows, members, max_rows):
+        for chunk in batches_by_cache_length(prompt, rows, members, max_rows):
             for r, record in zip(chunk, _decode_rows(prompt, [rows[r] for r in chunk], interval, rerotate)):
                 records[r] = record
     return records
 
 
-def _by_cache_length(prompt: PrefilledPrompt, rows: list[Row], members: list[int], max_rows: int) -> list[list[int]]:
+def batches_by_cache_length(prompt: PrefilledPrompt, rows: list[Row], members: list[int], max_rows: int) -> list[list[int]]:
     """`members` in batches of at most `max_rows` rows whose first compression keeps at most twice as many
     slots as the batch's shortest: every row of a batch attends over the longest row's slots (its own plus
     fillers), so a dense row batched with 10% budgets would make each of them as slow as itself."""
