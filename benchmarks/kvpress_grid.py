@@ -272,6 +272,8 @@ def main():
     parser.add_argument("--skip", choices=["grid", "decode"], help="leave out one part")
     parser.add_argument("--out", help="write the summary here as JSON")
     args = parser.parse_args()
+    if args.out and Path(args.out).exists():  # a measurement of an earlier run is never replaced
+        parser.error(f"--out {args.out} exists; give a new file name")
     try:
         import kvpress  # noqa: F401  (registers the kv-press-text-generation pipeline)
         from kvpress.utils import compute_n_kept
@@ -304,7 +306,9 @@ def main():
     print(f"total {summary['total_s']:.0f} s; load {os.getloadavg()[0]:.2f}")
     print(json.dumps(summary))
     if args.out:
-        Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
+        from lightning_bench.results.io import write_json_atomic
+
+        write_json_atomic(Path(args.out), summary)
     return 0
 
 
