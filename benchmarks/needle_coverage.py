@@ -112,7 +112,7 @@ def main():
         for method in methods:
             for s in args.sparsity:
                 share, worst, worst_share = coverage(prompt, method, s, needle_t)
-                out = continue_prompt(net, prompt, method, sparsity=s, max_new_tokens=12,
+                out = continue_prompt(prompt, method, sparsity=s, max_new_tokens=12,
                                       stop_ids={tokenizer.eos_token_id})
                 answer = tokenizer.decode(out.tokens, skip_special_tokens=True).strip()
                 right = all(v.lower() in answer.lower() for v in row["outputs"])

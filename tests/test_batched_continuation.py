@@ -48,14 +48,14 @@ def test_every_method_and_budget_decodes_in_one_batch_as_it_does_alone(net, prom
     cells = grid()
     shared = prefill_prompt(net, prompt[0], prompt[1], protocol, [m for m, _ in cells])
     stops = {7, 300}  # a row that stops early leaves the batch; the others go on
-    alone = [continue_prompt(net, shared, m, max_new_tokens=N, stop_ids=stops, **b) for m, b in cells]
+    alone = [continue_prompt(shared, m, max_new_tokens=N, stop_ids=stops, **b) for m, b in cells]
     rows = [continuation(m, max_new_tokens=N, stop_ids=stops, **b) for m, b in cells]
     batched = continue_rows(shared, rows, max_rows=len(rows))
     assert len({tuple(r.tokens) for r in alone}) > 3  # the methods really decode differently here
     for (method, budget), one, row in zip(cells, alone, batched):
         same_record(one, row)
     # the shared prefill is left as it was: continuing it again gives the same
-    again = continue_prompt(net, shared, "h2o", max_new_tokens=N, stop_ids=stops, sparsity=0.5)
+    again = continue_prompt(shared, "h2o", max_new_tokens=N, stop_ids=stops, sparsity=0.5)
     assert again.tokens == alone[cells.index(("h2o", {"sparsity": 0.5}))].tokens
 
 
@@ -64,7 +64,7 @@ def test_rows_recompressed_every_interval_steps_decode_in_batches_as_they_do_alo
     same statistics share a batch (h2o and tova both read `cum` here), each row as it decodes alone."""
     cells = grid()[::2]
     shared = prefill_prompt(net, prompt[0], prompt[1], "query_aware", [m for m, _ in cells])
-    alone = [continue_prompt(net, shared, m, max_new_tokens=N, interval=3, **b) for m, b in cells]
+    alone = [continue_prompt(shared, m, max_new_tokens=N, interval=3, **b) for m, b in cells]
     rows = [continuation(m, max_new_tokens=N, **b) for m, b in cells]
     batched = continue_rows(shared, rows, max_rows=4, interval=3)
     assert sum(r.compressions for r in alone) > len(cells)  # re-compressions happened
@@ -77,7 +77,7 @@ def test_sampled_rows_draw_from_their_own_generators_and_a_row_cap_changes_nothi
     shared = prefill_prompt(net, prompt[0], prompt[1], "query_aware", [m for m, _ in cells])
     sampling = dict(max_new_tokens=N, temperature=0.9, top_p=0.9)
     gen = lambda i: torch.Generator().manual_seed(100 + i)  # noqa: E731
-    alone = [continue_prompt(net, shared, m, generator=gen(i), **sampling, **b) for i, (m, b) in enumerate(cells)]
+    alone = [continue_prompt(shared, m, generator=gen(i), **sampling, **b) for i, (m, b) in enumerate(cells)]
     for cap in (len(cells), 3, 1):
         rows = [continuation(m, generator=gen(i), **sampling, **b) for i, (m, b) in enumerate(cells)]
         for one, row in zip(alone, continue_rows(shared, rows, max_rows=cap)):

@@ -116,6 +116,6 @@ def test_kv_cache_evaluation_passes_no_deprecated_cache_argument(transformers_lo
         streaming_logits(net, ids, None, "h2o", sparsity=0.5, chunk_size=4)
         generate_with_eviction(net, ids, method="snapkv", sparsity=0.5, max_new_tokens=3)
         prompt = prefill_prompt(net, ids[:, :8], ids[:, 8:], methods=("dense", "h2o"))
-        continue_prompt(net, prompt, "h2o", sparsity=0.5, max_new_tokens=3)
+        continue_prompt(prompt, "h2o", sparsity=0.5, max_new_tokens=3)
     lines = [str(w.message) for w in caught] + [r.getMessage() for r in transformers_log.records]
     assert not [line for line in lines if "past_key_values" in line or "cache_params" in line], lines

@@ -105,7 +105,7 @@ def test_one_shared_prefill_continued_by_every_method_equals_separate_runs(net, 
             for sparsity, interval in ((0.5, 0), (0.8, 0), (0.5, 2)):
                 kwargs = dict(sparsity=sparsity, interval=interval, max_new_tokens=N, method_params=params.get(name))
                 alone = generate_for_task(net, prompt[0], prompt[1], name, protocol=p, **kwargs)
-                again = continue_prompt(net, shared, name, **kwargs)
+                again = continue_prompt(shared, name, **kwargs)
                 got = (again.tokens, again.kept_tokens, again.kv_bytes_peak, again.cache_length_final,
                        again.compressions, again.compressed_tokens)
                 want = (alone.tokens, alone.kept_tokens, alone.kv_bytes_peak, alone.cache_length_final,
@@ -114,7 +114,7 @@ def test_one_shared_prefill_continued_by_every_method_equals_separate_runs(net, 
                 assert shared.state.length == length and shared.state.compressions == 0
     only_dense = prefill_prompt(net, prompt[0], prompt[1], "query_aware", ["dense"])
     with pytest.raises(ConfigError) as err:
-        continue_prompt(net, only_dense, "h2o", sparsity=0.5)
+        continue_prompt(only_dense, "h2o", sparsity=0.5)
     assert "prefill_prompt(methods=" in _one_line(err)
 
 

@@ -84,23 +84,17 @@ def generate(module, batch: dict, tokenizer=None, stop_ids: frozenset = frozense
     holding a one-character stop) or once the new text holds one of `stop_strings` (multi-character stops
     such as HumanEval's "\ndef").
 
-    Under a KV method (`kv`) the prompt is prefilled once on the KV engine and each draw continues it
-    (task_decode, query-aware, compressed once after the prefill). Otherwise HF models use their own KV
+    Under a KV method (`kv`) the prompt is prefilled once on the KV engine and the draws continue it as
+    the rows of one batch (task_decode, query-aware, compressed once after the prefill). Otherwise HF models use their own KV
     cache through `generate` (greedy-equivalent, tests/test_prompted.py) and other families re-read the
     whole sequence through `lm_forward` at every step (they have no KV-cache API)."""
     ids = batch["input_ids"]
     if ids.shape[0] != 1:
         raise ValueError("generation batches hold one prompt")
     rid = int(batch["request_id"][0])
-    draws = []
-    prompt = _prefill(module, ids, kv) if kv is not None else None
-    for draw in range(samples):
-        decoding = Decoding(max_new_tokens, temperature, top_p, draw_generator(seed, rid, draw, temperature),
-                            stop_ids, stop_strings, tokenizer)
-        if prompt is not None:
-            draws.append(_continue(module, prompt, kv, decoding, reuse=draw < samples - 1))
-        else:
-            draws.append(_decode(module, ids, decoding))
+    decodings = [Decoding(max_new_tokens, temperature, top_p, draw_generator(seed, rid, draw, temperature),
+                          stop_ids, stop_strings, tokenizer) for draw in range(samples)]
+    draws = _kv_draws(module, ids, kv, decodings) if kv is not None else [_decode(module, ids, d) for d in decodings]
     texts = [_answer_text(tokenizer, new, stop_ids) for new in draws]
     na_prob = None
     if no_answer_tokens:  # P(the whole no-answer string | prompt): one teacher-forced forward
@@ -120,23 +114,16 @@ def _answer_text(tokenizer, new: list[int], stop_ids) -> str:
     return tokenizer.decode(new[:-1] if new and new[-1] in stop_ids else new) if tokenizer is not None else ""
 
 
-def _prefill(module, ids: torch.Tensor, kv):
-    from lightning_bench.sparsity.task_decode import prefill_prompt
+def _kv_draws(module, ids: torch.Tensor, kv, decodings: list[Decoding]) -> list[list[int]]:
+    """The draws on the KV engine, the settings of the downstream command's query-aware cell (interval 0):
+    one prefill, the draws continuing it as the rows of one batch."""
+    from lightning_bench.sparsity.task_decode import Row, continue_rows, prefill_prompt
 
-    return prefill_prompt(module.net, ids, None, "query_aware", [kv.method])
-
-
-def _continue(module, prompt, kv, decoding: Decoding, reuse: bool) -> list[int]:
-    """One draw on the KV engine: the settings of the downstream command's query-aware cell (interval 0)."""
-    from lightning_bench.sparsity.task_decode import continue_prompt
-
-    record = continue_prompt(module.net, prompt, kv.method, sparsity=kv.ratio, budget_tokens=kv.budget_tokens,
-                             max_new_tokens=decoding.max_new_tokens, stop_ids=decoding.stop_ids,
-                             stop_strings=decoding.stop_strings, tokenizer=decoding.tokenizer,
-                             temperature=decoding.temperature, top_p=decoding.top_p, generator=decoding.generator,
-                             rounding=kv.rounding, rerotate=kv.rerotate, reuse=reuse)
-    kv.add_generation(record, prompt.engine.slot_bytes)  # the run's sparsity figures count the answers too
-    return record.tokens
+    prompt = prefill_prompt(module.net, ids, None, "query_aware", [kv.method])
+    records = continue_rows(prompt, [Row(kv.plan, decoding.check()) for decoding in decodings], rerotate=kv.rerotate)
+    for record in records:  # the run's sparsity figures count the answers too
+        kv.add_generation(record, prompt.engine.slot_bytes)
+    return [record.tokens for record in records]
 
 
 def _decode(module, ids, decoding: Decoding) -> list[int]:

@@ -3,7 +3,7 @@
 - methods.py: the importance functions and their registry (`METHODS`, `make_method`).
 - capture.py: the `lb_capture` attention function (transformers AttentionInterface) and its statistics.
 - cache.py:   budget, physical eviction on a DynamicCache, RoPE positions / rerotation, padding.
-- engine.py:  `KVEngine` (prefill, feed, compress, step, copy / expand, one meter) and `KVRecord`.
+- engine.py:  `KVEngine` (prefill, feed, compress, step, fork / stack / select, one meter) and `KVRecord`.
 - sampling.py: greedy / nucleus choice of the next token, stops, the per-draw seed rule.
 - schedules over the engine: decode.py `generate_with_eviction` (compress, decode, re-compress every
   interval; rerotation), task_decode.py `generate_for_task` (query-aware / query-agnostic prompts),

@@ -86,7 +86,7 @@ class SparsityCallback(L.Callback):
     def _start(self, trainer, pl_module, stage: str) -> None:
         self._end()  # a stage that started before this one ended (validation inside fit) is left first
         window = getattr(getattr(trainer, "datamodule", None), "seq_len", None)
-        budget_tokens = self.eviction.budget_tokens
+        budget_tokens = self.eviction.plan.budget_tokens
         if budget_tokens is not None and window is not None and budget_tokens > window:
             raise ConfigError(f"--sparsity.budget_tokens {budget_tokens} is larger than the evaluation window "
                               f"(--data.seq_len {window}): nothing would be evicted; lower it")

@@ -270,26 +270,16 @@ def _hidden_keys(attention_mask, B: int, Hkv: int, G: int, S: int, device) -> Op
 
 # ---- the registered attention function ----------------------------------------------------
 def _inner_function(module, inner: str):
+    """The attention function the model was loaded with: eager is each model file's own function (not in
+    transformers' AttentionInterface); a module without one falls back to sdpa, the same mathematics."""
     if inner == "eager":
         fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
-        return fn if fn is not None else _eager_attention
+        if fn is not None:
+            return fn
+        inner = "sdpa"
     from transformers import AttentionInterface
 
-    return AttentionInterface().get_interface(inner, _eager_attention)
-
-
-def _eager_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """Plain softmax attention (used only when a model module has no eager_attention_forward)."""
-    G = query.shape[1] // key.shape[1]
-    key = key.repeat_interleave(G, dim=1)
-    value = value.repeat_interleave(G, dim=1)
-    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
-    weights = torch.matmul(query, key.transpose(2, 3)) * scale
-    if attention_mask is not None:
-        weights = weights + attention_mask[..., : key.shape[-2]]
-    weights = torch.softmax(weights.float(), dim=-1).to(query.dtype)
-    out = torch.matmul(weights, value).transpose(1, 2).contiguous()
-    return out, weights
+    return AttentionInterface()[inner]
 
 
 def capture_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):

@@ -19,7 +19,6 @@ import torch.nn.functional as F
 from lightning_bench.errors import ConfigError
 from lightning_bench.sparsity.capture import AttentionRecorder
 from lightning_bench.sparsity.engine import Budget, KVEngine, KVRecord, check_rows, positive_int
-from lightning_bench.sparsity.engine import resolve_network  # noqa: F401  (experiments/downstream/setup.py)
 from lightning_bench.sparsity.methods import Method
 
 

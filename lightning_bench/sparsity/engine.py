@@ -292,8 +292,8 @@ class KVEngine:
 
     def fork(self, recorder=None) -> "KVEngine":
         """A copy that shares this cache's tensors (and `recorder`'s statistics), for compressions, which
-        gather new tensors and leave the shared ones as they were, before `stack`: unlike `copy`, nothing is
-        copied. Neither it nor this engine may append to the shared tensors while the other is in use."""
+        gather new tensors and leave the shared ones as they were, before `stack`: nothing is copied.
+        Neither it nor this engine may append to the shared tensors while the other is in use."""
         other = copy.copy(self)
         state = other.state = copy.copy(self.state)
         state.cache = copy.copy(self.state.cache)
@@ -314,10 +314,8 @@ class KVEngine:
         S = max(e.state.length for e in engines)
         left = lambda t, value=0: torch.nn.functional.pad(t, (S - t.shape[-1], 0), value=value)  # noqa: E731
         slots = lambda t: torch.nn.functional.pad(t, (0, 0, S - t.shape[-2], 0))  # noqa: E731 - (B, H, S, D)
-        other = copy.copy(first)
-        state = other.state = copy.copy(first.state)
-        state.cache = copy.copy(first.state.cache)
-        state.cache.layers = [copy.copy(layer) for layer in first.state.cache.layers]
+        other = first.fork()
+        state = other.state
         for i, layer in enumerate(state.cache.layers):  # new tensors: a GrowingLayer re-buffers on its next append
             layer.keys = torch.cat([slots(e.state.cache.layers[i].keys) for e in engines])
             layer.values = torch.cat([slots(e.state.cache.layers[i].values) for e in engines])
@@ -331,7 +329,6 @@ class KVEngine:
         state.next_rope = torch.cat([e.state.next_rope for e in engines])
         other.recorder = _map_stats(first.recorder, lambda _, at: torch.cat([left(e.recorder.layers[at[0]][at[1]])
                                                                             for e in engines]))
-        other.record = KVRecord(forwards=first.record.forwards)
         return other
 
     def select(self, rows: list[int], trim: bool = True) -> "KVEngine":

@@ -142,15 +142,12 @@ def new_totals() -> dict:
 
 @dataclass
 class StreamingEviction:
-    """Streaming evaluation of a module's forward under `method` (arguments: see SparsityCallback)."""
+    """Streaming evaluation of a module's forward under `plan` (arguments: see SparsityCallback)."""
 
-    method: Method
-    ratio: Optional[float]
-    budget_tokens: Optional[int] = None
+    plan: Budget
     chunk_size: int = 1
     interval: int = 1
     rerotate: bool = False
-    rounding: str = "ceil"  # of the ratio's budget (cache.budget)
     totals: dict = field(default_factory=new_totals)
     # (B, T) bool: the tokens the next forwards count in the cache figures (None: every token)
     scored: Optional[torch.Tensor] = None
@@ -161,11 +158,15 @@ class StreamingEviction:
               method_params: Optional[dict] = None, rounding: str = "ceil") -> "StreamingEviction":
         """Checked arguments (one-line ConfigErrors); `method` is a registry name or a Method."""
         plan = check_streaming_args(method, ratio, budget_tokens, chunk_size, interval, method_params, rounding)
-        return cls(plan.method, plan.sparsity, budget_tokens, chunk_size, interval, bool(rerotate), rounding)
+        return cls(plan, chunk_size, interval, bool(rerotate))
+
+    method = property(lambda self: self.plan.method)
 
     def settings(self) -> dict:
-        return {**self.method.describe(), "ratio": self.ratio, "budget_tokens": self.budget_tokens,
-                "rounding": self.rounding, "chunk_size": self.chunk_size, "interval": self.interval, "rerotate": self.rerotate}
+        plan = self.plan
+        return {**plan.method.describe(), "ratio": plan.sparsity, "budget_tokens": plan.budget_tokens,
+                "rounding": plan.rounding, "chunk_size": self.chunk_size, "interval": self.interval,
+                "rerotate": self.rerotate}
 
     @contextmanager
     def applied(self, module) -> Iterator["StreamingEviction"]:
@@ -198,17 +199,18 @@ class StreamingEviction:
     def logits(self, module, input_ids: torch.Tensor, logits_to_keep: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The streaming logits of `input_ids` under this eviction; adds the forward's figures to `totals`."""
         scored = self.scored if self.scored is not None and self.scored.shape == input_ids.shape else None
-        logits, stats = streaming_logits(module.net, input_ids, None, self.method, sparsity=self.ratio,
-                                         budget_tokens=self.budget_tokens, chunk_size=self.chunk_size,
+        plan = self.plan
+        logits, stats = streaming_logits(module.net, input_ids, None, plan.method, sparsity=plan.sparsity,
+                                         budget_tokens=plan.budget_tokens, chunk_size=self.chunk_size,
                                          interval=self.interval, rerotate=self.rerotate,
-                                         logits_to_keep=logits_to_keep, scored=scored, rounding=self.rounding)
+                                         logits_to_keep=logits_to_keep, scored=scored, rounding=plan.rounding)
         counted = stats.counted_tokens
         self._add(stats.mean_cache_length * counted if counted else 0.0,
                   stats.dense_mean_cache_length * counted if counted else 0.0, counted, stats, stats.chunks)
         return logits
 
     def add_generation(self, record, slot_bytes: int) -> None:
-        """A generated answer's cache figures (the KVRecord of task_decode.continue_prompt) added to `totals`:
+        """A generated answer's cache figures (a KVRecord of task_decode.continue_rows) added to `totals`:
         every token predicted on the compressed cache counts the slots it attended (the metered cache after
         each fed token) against the dense cache's (its bytes over `slot_bytes`, one slot's bytes)."""
         attended, dense = record.cache_lengths[1:], record.dense_kv_bytes[1:]

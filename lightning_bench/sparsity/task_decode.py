@@ -12,13 +12,12 @@ Without a question both are the same run ("question_tokens": 0).
 
 The prefill does not depend on the method, only the statistics recorded during it do: `prefill_prompt`
 records those of every method given (one recorder per distinct `Needs`, each exactly what it computes
-alone) and `continue_prompt` continues a `KVEngine.copy` of it with one method, which gives the tokens of
-separate calls (tests/test_task_decode.py) at a fraction of the cost: the downstream command prefills each
-example once per (task, protocol, seed). With `interval` > 0 the cache is re-compressed every `interval`
-decoding steps (decode.Compress) to (1 - sparsity) of everything seen or `budget_tokens`; with 0 only the
-first compression happens and statistics stop being recorded after it. Sparsity 0 never compresses, so
-it reproduces dense decoding token for token. Decoding and stops are sampling.Decoding, the rule of
-`lightning_bench test --task`.
+alone) and `continue_rows` continues it with many methods, budgets and draws as the rows of one batch,
+each row giving the tokens of a separate call (tests/test_batched_continuation.py). With `interval` > 0
+the cache is re-compressed every `interval` decoding steps (decode.Compress) to (1 - sparsity) of
+everything seen or `budget_tokens`; with 0 only the first compression happens and statistics stop being
+recorded after it. Sparsity 0 never compresses, so it reproduces dense decoding token for token. Decoding
+and stops are sampling.Decoding, the rule of `lightning_bench test --task`.
 
 Metered (KVRecord): from the first compression on, after it and after every later forward, so
 `kv_bytes_peak` is the largest compressed cache and `dense_kv_bytes_peak` the uncompressed one at the
@@ -117,21 +116,13 @@ def prefill_prompt(net, context_ids: torch.Tensor, question_ids: Optional[torch.
                            engine.state.kv_bytes(), seconds)
 
 
-def continue_prompt(net, prompt: PrefilledPrompt, method: Union[str, Method] = "dense", *,
-                    sparsity: Optional[float] = None, budget_tokens: Optional[int] = None, interval: int = 0,
-                    max_new_tokens: int = 32, stop_ids=frozenset(), stop_strings=(), tokenizer=None,
-                    temperature: float = 0.0, top_p: float = 1.0, generator: Optional[torch.Generator] = None,
-                    method_params: Optional[dict] = None, rounding: str = "ceil", reuse: bool = True,
-                    rerotate: bool = False) -> KVRecord:
-    """Compress `prompt`'s cache with `method` and generate (arguments as `generate_for_task`): one row of
-    `continue_rows`. The prompt is left as it was, so another method can continue it again (`reuse` is
-    kept for callers: nothing is copied either way). The record's figures: context_tokens, question_tokens,
-    compressed_tokens (what the first compression applied to), kept_tokens (the slots it kept),
-    kv_bytes_prefill."""
-    row = continuation(method, sparsity=sparsity, budget_tokens=budget_tokens, max_new_tokens=max_new_tokens,
-                       stop_ids=stop_ids, stop_strings=stop_strings, tokenizer=tokenizer, temperature=temperature,
-                       top_p=top_p, generator=generator, method_params=method_params, rounding=rounding)
-    return continue_rows(prompt, [row], interval=interval, rerotate=rerotate)[0]
+def continue_prompt(prompt: PrefilledPrompt, method: Union[str, Method] = "dense", *, interval: int = 0,
+                    rerotate: bool = False, **row) -> KVRecord:
+    """Compress `prompt`'s cache with `method` and generate: one row of `continue_rows` (`row`: the
+    arguments of `continuation`). The prompt is left as it was, so another method can continue it again.
+    The record's figures: context_tokens, question_tokens, compressed_tokens (what the first compression
+    applied to), kept_tokens (the slots it kept), kv_bytes_prefill."""
+    return continue_rows(prompt, [continuation(method, **row)], interval=interval, rerotate=rerotate)[0]
 
 
 @dataclass
@@ -143,13 +134,11 @@ class Row:
 
 
 def continuation(method: Union[str, Method] = "dense", *, sparsity: Optional[float] = None,
-                 budget_tokens: Optional[int] = None, max_new_tokens: int = 32, stop_ids=frozenset(), stop_strings=(),
-                 tokenizer=None, temperature: float = 0.0, top_p: float = 1.0,
-                 generator: Optional[torch.Generator] = None, method_params: Optional[dict] = None,
-                 rounding: str = "ceil") -> Row:
-    """A `Row` from `continue_prompt`'s arguments, checked."""
-    return Row(Budget.build(method, sparsity, budget_tokens, rounding, method_params),
-               Decoding(max_new_tokens, temperature, top_p, generator, stop_ids, stop_strings, tokenizer).check())
+                 budget_tokens: Optional[int] = None, rounding: str = "ceil", method_params: Optional[dict] = None,
+                 **decoding) -> Row:
+    """A checked `Row`: the budget as Budget.build's arguments, the decoding as sampling.Decoding's fields
+    (max_new_tokens, temperature, top_p, generator, stop_ids, stop_strings, tokenizer)."""
+    return Row(Budget.build(method, sparsity, budget_tokens, rounding, method_params), Decoding(**decoding).check())
 
 
 @torch.no_grad()
@@ -267,32 +256,25 @@ def _decode_rows(prompt: PrefilledPrompt, rows: list[Row], interval: int, rerota
 
 
 def generate_for_task(net, context_ids: torch.Tensor, question_ids: Optional[torch.Tensor] = None,
-                      method: Union[str, Method] = "dense", *, sparsity: Optional[float] = None,
-                      budget_tokens: Optional[int] = None, protocol: str = "query_aware", interval: int = 0,
-                      max_new_tokens: int = 32, stop_ids=frozenset(), stop_strings=(), tokenizer=None,
-                      temperature: float = 0.0, top_p: float = 1.0, generator: Optional[torch.Generator] = None,
-                      method_params: Optional[dict] = None, rounding: str = "ceil",
-                      rerotate: bool = False) -> KVRecord:
+                      method: Union[str, Method] = "dense", *, protocol: str = "query_aware", interval: int = 0,
+                      rerotate: bool = False, **row) -> KVRecord:
     """Generate the answer to one prompt (context + question) with `method` compressing the KV cache.
 
     Args:
         net: as KVEngine's. context_ids: (1, Tc) the context (document) tokens; question_ids: (1, Tq), or
             None / empty.
-        method, method_params, sparsity, budget_tokens, rounding: as Budget.build; budget_tokens at most the
-            tokens the first compression applies to.
         protocol: "query_aware" or "query_agnostic" (module docstring).
         interval: re-compress every `interval` decoding steps (0: only the first compression).
-        max_new_tokens: most tokens generated; stop_ids: token ids that end the generation (kept in
-            `tokens`); stop_strings: texts that end it once tokenizer.decode(tokens) holds one.
-        temperature: 0 = greedy, else nucleus sampling with `top_p` from `generator` (a torch.Generator;
-            None = torch's global one). rerotate: kept keys re-rotated to contiguous positions.
+        rerotate: kept keys re-rotated to contiguous positions.
+        row: `continuation`'s arguments: sparsity, budget_tokens (at most the tokens the first compression
+            applies to), rounding, method_params (as Budget.build); max_new_tokens, stop_ids (token ids that
+            end the generation, kept in `tokens`), stop_strings (texts that end it once
+            tokenizer.decode(tokens) holds one), temperature (0 = greedy, else nucleus sampling with top_p
+            from `generator`, None = torch's global one).
     """
-    # every argument is checked before the (possibly long) prefill
-    plan = Budget.build(method, sparsity, budget_tokens, rounding, method_params)
+    one = continuation(method, **row)  # every argument is checked before the (possibly long) prefill
     positive_int("interval", interval, minimum=0)
-    decoding = Decoding(max_new_tokens, temperature, top_p, generator, stop_ids, stop_strings, tokenizer).check()
-    if budget_tokens is not None:  # a fixed budget larger than the first compression's span: one line, before the prefill
-        Tq = 0 if question_ids is None else _as_row(question_ids, "question_ids", allow_empty=True).shape[1]
-        _check_fixed_budget(plan, _as_row(context_ids, "context_ids", allow_empty=False).shape[1], Tq, protocol)
-    prompt = prefill_prompt(net, context_ids, question_ids, protocol, [plan.method])
-    return continue_rows(prompt, [Row(plan, decoding)], interval=interval, rerotate=rerotate)[0]
+    _check_fixed_budget(one.plan, _as_row(context_ids, "context_ids", allow_empty=False).shape[1],
+                        _as_row(question_ids, "question_ids", allow_empty=True).shape[1], protocol)
+    prompt = prefill_prompt(net, context_ids, question_ids, protocol, [one.plan.method])
+    return continue_rows(prompt, [one], interval=interval, rerotate=rerotate)[0]

@@ -101,7 +101,7 @@ def _check_budgets(cfg: DownstreamConfig, prompts: dict[str, TaskPrompts]) -> No
 
 def network(cfg: DownstreamConfig, module, tokenizer, device: torch.device):
     """(the network on `device`, the quantization record or None)."""
-    from lightning_bench.sparsity.decode import resolve_network
+    from lightning_bench.sparsity.engine import resolve_network
 
     quantization = None
     if cfg.bits in (8, 4):  # bitsandbytes low-bit Linear layers straight from the checkpoint, as `test --bits`
