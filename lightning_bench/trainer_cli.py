@@ -176,6 +176,13 @@ class LightningBenchCLI(LightningCLI):
         self.argv = list(argv)  # as typed: parsed as given (`args=`), read by option_given and _refuse_conflicts
         super().__init__(args=self.argv, **kwargs)
 
+    def subcommands(self) -> dict[str, set[str]]:
+        """Only the typed subcommand's parser is built when the command names one: each costs about half a
+        second (signatures of the model, data and trainer classes), paid on every run otherwise."""
+        every = LightningCLI.subcommands()
+        typed = self.argv[0] if self.argv else None
+        return {typed: every[typed]} if typed in every else every
+
     def _prepare_subcommand_parser(self, klass, subcommand: str, **kwargs) -> LightningArgumentParser:
         parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
         # `--task` sets its protocol's DataModule while parsing, so the --data.* options are that class's

@@ -60,12 +60,43 @@ def isolated_cache(tmp_path, monkeypatch):
 
 # ---- `lightning_bench` in a process of its own, without a fresh interpreter's imports each time --------
 # A run killed with -9, or two runs contending for a store's locks, must be processes of their own; a fresh
-# `python -m lightning_bench.cli` spends most of its time (~10 s of a 2-core machine) importing lightning,
-# torchmetrics and transformers. So such runs are forked from one server process that imported them once
-# for the session (multiprocessing's forkserver: a clean interpreter, not this one, with its threads).
+# `python -m lightning_bench.cli` spends most of its time importing lightning, torchmetrics and transformers
+# (3-10 s on a 2-core machine). Such runs are forked from one server process that imported them once for
+# the session: multiprocessing's forkserver, a clean interpreter (not this one, with its threads), started
+# as soon as the collected tests show one needs it, so that its imports overlap with the tests before.
 PRELOAD = ["tests.conftest", "lightning_bench.cli", "lightning_bench.trainer_cli",
            "lightning_bench.experiments.downstream.command", "lightning_bench.experiments.sweep.command",
            "transformers.models.llama.modeling_llama"]
+
+
+def _cli_server():
+    """The forkserver context, its server started (once) with this checkout first on its path."""
+    from multiprocessing import forkserver
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *([path] if path else [])])  # this checkout's code
+    try:
+        forkserver.ensure_running()  # returns at once: the server imports PRELOAD in the background
+    finally:
+        if path is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = path
+    return context
+
+
+def pytest_collection_finish(session):
+    """Work that depends on nothing of this process starts in the background once the selected tests need it:
+    the server of `cli_process`, and a module's `start_early()` (test_quiet_screen: its fresh interpreter)."""
+    if session.config.option.collectonly:
+        return
+    if any("cli_process" in getattr(item, "fixturenames", ()) for item in session.items):
+        _cli_server()
+    for module in dict.fromkeys(getattr(item, "module", None) for item in session.items):
+        if hasattr(module, "start_early"):
+            module.start_early()
 
 
 def _cli_child(argv: list[str], cwd: str, env: dict, stdout: str, stderr: str, before) -> None:
@@ -95,8 +126,7 @@ def _cli_child(argv: list[str], cwd: str, env: dict, stdout: str, stderr: str, b
 def cli_process():
     """start(argv, stdout, stderr=None, before=None) -> a started multiprocessing.Process (exitcode -9 once
     killed) running `lightning_bench ARGV` in the calling test's folder and environment."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
+    context = _cli_server()
 
     def start(argv, stdout, stderr=None, before=None) -> multiprocessing.Process:
         for path in (stdout, stderr or stdout):

@@ -1,12 +1,16 @@
 """No line a user cannot act on: the first screen of a run holds no third-party notice about an optional
 package, a deprecated argument of ours or a setting we never chose (issue 26, point 7)."""
 
+import atexit
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -58,21 +62,45 @@ command(test)
 END = re.compile(r"=== end of command; bitsandbytes imported: (True|False)\n")
 
 
-@pytest.fixture(scope="module")
-def first_screens(tmp_path_factory):
-    """{"fit": screen, "test": screen, "bitsandbytes": [imported after fit, after test]}: stdout and stderr
-    of `fit --wandb true` at fp32 and of `test --bits 8`, in that order, from one fresh process."""
-    folder = tmp_path_factory.mktemp("screens")
+_SCREENS: dict = {}  # "run": (folder, the started process, its output file)
+
+
+def start_early() -> None:
+    """Starts the fresh process of `first_screens` (conftest calls this once the collected tests include this
+    module's): it depends on nothing of the tests' process, so it runs beside the tests before, not after."""
+    if "run" in _SCREENS:
+        return
+    folder = Path(tempfile.mkdtemp(prefix="lb_first_screens_"))
     data = ["--data", "text", "--data.path", str(FIXTURES / "tiny_corpus"), "--data.seq_len", "16",
             "--data.batch_size", "8"]
     fit = ["fit", *TINY_MODEL, *data, *QUIET, "--trainer.max_steps", "2", "--wandb", "true", "--results_dir", "r"]
     test = ["test", *LOWBIT_MODEL, *data, *QUIET, "--bits", "8", "--results_dir", "r"]
     env = {**os.environ, "LB_CACHE_DIR": str(folder / "cache"), "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}  # this checkout's code
-    done = subprocess.run([sys.executable, "-c", SCRIPT, *fit, "--", *test], cwd=folder, env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:]
-    fit_screen, after_fit, test_screen, after_test, _ = END.split(done.stdout)
+    output = open(folder / "screens.txt", "w")
+    process = subprocess.Popen([sys.executable, "-c", SCRIPT, *fit, "--", *test], cwd=folder, env=env, text=True,
+                               stdout=output, stderr=subprocess.STDOUT)
+    _SCREENS["run"] = folder, process, output
+
+    @atexit.register
+    def _cleanup():  # a session ended before the fixture waited for it
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def first_screens():
+    """{"fit": screen, "test": screen, "bitsandbytes": [imported after fit, after test]}: stdout and stderr
+    of `fit --wandb true` at fp32 and of `test --bits 8`, in that order, from one fresh process."""
+    start_early()  # (already started unless conftest's hook did not run)
+    folder, process, output = _SCREENS["run"]
+    process.wait(timeout=600)
+    output.close()
+    screens = (folder / "screens.txt").read_text()
+    assert process.returncode == 0, screens[-3000:]
+    fit_screen, after_fit, test_screen, after_test, _ = END.split(screens)
     return {"fit": fit_screen, "test": test_screen, "bitsandbytes": [after_fit == "True", after_test == "True"]}
 
 

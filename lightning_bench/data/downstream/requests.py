@@ -10,6 +10,7 @@ generation prompt with a document loses the document's middle (`fit_document`).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -179,5 +180,15 @@ def collate(rows: list[EncodedRequest], pad_id: int) -> dict:
 
 def stop_token_ids(tokenizer, stop: str) -> set[int]:
     """Ids whose text contains `stop` (a newline can hide inside a merged token such as ".\\n\\n")."""
-    vocab_size = tokenizer.vocab_size
-    return {i for i in range(vocab_size) if stop in tokenizer.decode([i])}
+    return {i for i, text in enumerate(_token_texts(tokenizer)) if stop in text}
+
+
+_TEXTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _token_texts(tokenizer) -> list[str]:
+    """Every id's decoded text, decoded once per tokenizer: a task asks for each of its stops, and decoding
+    the whole vocabulary takes about a second."""
+    if tokenizer not in _TEXTS:
+        _TEXTS[tokenizer] = [tokenizer.decode([i]) for i in range(tokenizer.vocab_size)]
+    return _TEXTS[tokenizer]
