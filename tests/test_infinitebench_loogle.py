@@ -410,7 +410,7 @@ def test_max_context_reads_the_generated_set_of_that_length(generated):
     assert dm.eval_split("infinitebench/longbook_qa_eng") == "eval"
     with pytest.raises(ConfigError) as err:
         PromptedDataModule(tasks=task, data_dir=str(generated), max_context=5000).eval_split(task)
-    assert "max_context 5000 has no infinitebench set; its sets are 4096, 8192, 16384" in str(err.value)
+    assert "max_context 5000 has no infinitebench set;" in str(err.value) and "sets are 4096, 8192, 16384" in str(err.value)
     assert "\n" not in str(err.value)
     # the hub has no per-length sets: a split named by a length reads the task's one set, cut to the length
     from lightning_bench.data.tasks.formats.long_context.infinitebench import hub_layout

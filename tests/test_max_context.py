@@ -46,10 +46,34 @@ def test_the_set_of_the_requested_length_is_read(ruler_dir):
     with pytest.raises(ConfigError) as err:
         PromptedDataModule(tasks="ruler/niah_single_1", data_dir=str(ruler_dir), max_context=5000).eval_split(
             "ruler/niah_single_1")
-    assert "max_context 5000 has no ruler set; its sets are 4096, 8192, 16384" in _one_line(err)
+    message = _one_line(err)
+    assert "max_context 5000 has no ruler set;" in message and "sets are 4096, 8192, 16384" in message
     with pytest.raises(ConfigError) as err:
         PromptedDataModule(tasks="xsum", max_context=4)
     assert "--data.max_context: got 4; expected an int >= 8" in _one_line(err)
+
+
+def test_a_set_generated_at_any_length_is_read_by_test_and_downstream(tiny_hf, ruler_dir, tmp_path, capsys):
+    """`generate_ruler --lengths 1024` writes ruler/1024/: the lengths found on disk count, not only the hub's."""
+    shutil.copytree(ruler_dir / "ruler" / "4096", ruler_dir / "ruler" / "1024")
+    dm = PromptedDataModule(tasks="ruler/niah_single_1", data_dir=str(ruler_dir), max_context=1024)
+    assert dm.eval_split("ruler/niah_single_1") == "1024"
+    with pytest.raises(ConfigError) as err:  # still refused where no such set exists
+        PromptedDataModule(tasks="ruler/niah_single_1", data_dir=str(ruler_dir), max_context=2048).eval_split(
+            "ruler/niah_single_1")
+    assert "sets are 1024, 4096, 8192, 16384" in _one_line(err)
+    code, _, err = run(_downstream(tiny_hf, ruler_dir, tmp_path, "--max_context", "1024", "--max_length", "160"),
+                       capsys)
+    assert code == 0, err
+    results = json.loads((tmp_path / "t" / "t_results.json").read_text())
+    files = results["meta"]["data"]["sources"]["ruler/niah_single_1"]["1024"]["files"]
+    assert files[0]["path"].endswith("ruler/1024/niah_single_1.jsonl")
+    code, _, err = run(_test(tiny_hf, ruler_dir, "--data.max_context", "1024", "--data.max_length", "160"), capsys)
+    assert code in (0, None), err
+    record = json.loads((tmp_path / "benchmark_results" / f"hf-{tiny_hf.name}_downstream.json").read_text())
+    (run_,) = record["runs"].values()
+    files = run_["meta"]["data"]["sources"]["ruler/niah_single_1"]["1024"]["files"]
+    assert [f["path"] for f in files] == [str(ruler_dir / "ruler" / "1024" / "niah_single_1.jsonl")]
 
 
 def _downstream(tiny_hf, data_dir, results_dir, *extra):

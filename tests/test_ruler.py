@@ -258,11 +258,28 @@ def test_drawn_depths_are_recorded_per_needle(smollm2_dir, shared_data):
     tok = tokenizer(str(smollm2_dir))
     ruler_depths = {float(d) for d in np.round(np.linspace(0, 100, 40))}  # RULER's depths
     for task, haystack in (("niah_multivalue", "noise"), ("niah_multiquery", "essay"), ("niah_multikey_1", "essay")):
-        for row in generate_task(task, tok, 4096, 2, seed=11, haystack=haystack, essay=shared_data / PG19):
+        for row in generate_task(task, tok, 4096, 2, seed=11, haystack=haystack, essay=shared_data / PG19,
+                                 depths="drawn"):
             depths = row["needle_depths"]
             assert len(depths) == len(row["outputs"]) and row["depth"] == depths[0]
             assert set(depths) <= ruler_depths and len(set(depths)) == len(depths)  # drawn without replacement
             _assert_at(row, depths, _needle_depths(tok, row))
+
+
+def test_stratified_depths_cover_rulers_forty_depths(smollm2_dir):
+    """By default row i of n puts its answer needle at DEPTHS[floor(i * 40 / n)]: n = 40 covers each of
+    RULER's 40 depths once, n = 10 every fourth, and every row records the depth it was given."""
+    tok = tokenizer(str(smollm2_dir))
+    ruler_depths = [float(d) for d in np.round(np.linspace(0, 100, 40))]
+    rows = generate_task("niah_single_1", tok, 512, 40, seed=3)
+    assert [r["depth"] for r in rows] == ruler_depths
+    assert all(r["needle_depths"] == [r["depth"]] for r in rows)
+    ten = generate_task("niah_multikey_1", tok, 512, 10, seed=3)
+    assert [r["depth"] for r in ten] == ruler_depths[::4]
+    drawn = generate_task("niah_single_1", tok, 512, 10, seed=3, depths="drawn")
+    assert [r["depth"] for r in drawn] != ruler_depths[::4] and set(r["depth"] for r in drawn) <= set(ruler_depths)
+    with pytest.raises(ConfigError, match="depth rule"):
+        generate_task("niah_single_1", tok, 512, 2, depths="evenly")
 
 
 def test_the_depth_measure_follows_a_moved_needle(smollm2_dir, shared_data, tmp_path):
@@ -297,7 +314,8 @@ def test_deterministic_per_seed_and_sample(smollm2_dir):
     for task in ("niah_multikey_3", "vt", "cwe", "fwe", "qa_1"):
         first = generate_task(task, tok, 1024, 2, seed=42)
         assert generate_task(task, tok, 1024, 2, seed=42) == first
-        assert generate_task(task, tok, 1024, 1, seed=42) == first[:1]  # sample i does not depend on the count
+        # sample 0 does not depend on the count (its stratified depth is DEPTHS[0] at any count)
+        assert generate_task(task, tok, 1024, 1, seed=42) == first[:1]
         other = generate_task(task, tok, 1024, 2, seed=43)
         assert [r["input"] for r in other] != [r["input"] for r in first], task
         assert first[0]["input"] != first[1]["input"]

@@ -131,6 +131,34 @@ def test_tova_is_the_last_query_averaged_over_all_heads_and_evicts_the_same_toke
         assert torch.equal(positions[:, 0], positions[:, 1])  # the same tokens in every KV head
 
 
+def test_observed_attention_by_hand_and_on_eager_maps(net):
+    """kvpress's ObservedAttentionPress score: attention received summed over the queries that saw the key,
+    divided by how many did (q_len - j for key j of a prefill), then the mean over the group's query heads."""
+    # by hand, one KV head with 2 query heads over 3 keys: causal rows of each head's attention
+    a = torch.tensor([[1.0, 0, 0], [0.5, 0.5, 0], [0.2, 0.3, 0.5]])
+    b = torch.tensor([[1.0, 0, 0], [0.9, 0.1, 0], [0.6, 0.2, 0.2]])
+    cum = (a.sum(0) + b.sum(0))[None, None]  # the recorder's statistic: summed over queries and the group's heads
+    keys = torch.zeros(1, 1, 3, 4)
+    view = LayerView(0, keys, keys, torch.arange(3).expand(1, 1, 3), torch.ones(1, 3, dtype=torch.bool),
+                     torch.tensor([2]), group_size=2, stats={"cum": cum}, seen=torch.tensor([3]))
+    score = make_method("observed_attention").priority(view).score
+    # key 0: (1 + .5 + .2) / 3 and (1 + .9 + .6) / 3 -> mean 0.7; key 1: (.8 / 2 + .3 / 2) / 2; key 2: (.5 + .2) / 2
+    torch.testing.assert_close(score, torch.tensor([[[0.7, 0.275, 0.35]]]))
+    # on a real prefill (left padding, GQA): the same formula on eager attention maps
+    ids, mask, _ = batch(T=12, pad=3)
+    rec = AttentionRecorder.for_method(make_method("observed_attention"))
+    state, _ = prefill(net, ids, mask, rec)
+    for layer, att in enumerate(eager_maps(net, ids, mask)):
+        layer_cache = state.cache.layers[layer]
+        view = LayerView(layer, layer_cache.keys, layer_cache.values, state.positions[layer], state.valid,
+                         torch.tensor([5, 5]), 2, rec.stats(layer), seen=state.seen)
+        score = make_method("observed_attention").priority(view).score
+        seen_by = (mask.sum(-1)[:, None] - state.positions[layer][:, 0]).clamp(min=1)  # (B, S) queries per key
+        by_hand = att.sum(2).view(2, 2, 2, 12).mean(2) / seen_by[:, None]  # sum over queries, mean over the group
+        valid = state.valid[:, None].expand_as(score)
+        torch.testing.assert_close(score[valid], by_hand[valid], atol=1e-6, rtol=1e-5)
+
+
 def test_knorm_keeps_lowest_norms_by_hand():
     keys = torch.tensor([[3.0, 0], [0, 1], [2, 2], [0.5, 0], [0, -4]])[None, None]  # norms 3, 1, 2.83, .5, 4
     view = view_of(keys, keep=2)
@@ -368,7 +396,7 @@ def test_bad_inputs_raise_one_line_config_errors(net):
     ids, mask, _ = batch(T=10, pad=0)
     with pytest.raises(ConfigError) as err:
         make_method("h3o")
-    assert "valid: cab, cab_v3, cab_v4, dense, h2o, knorm, local_strided, random, snapkv, streaming_llm, tova" \
+    assert "valid: cab, cab_v3, cab_v4, dense, h2o, knorm, local_strided, observed_attention, random, snapkv, streaming_llm, tova" \
         in _one_line(err)
     with pytest.raises(ConfigError) as err:
         generate_with_eviction(net, ids, mask, "nope", sparsity=0.5, max_new_tokens=2)

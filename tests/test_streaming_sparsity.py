@@ -195,7 +195,7 @@ def test_callback_bad_inputs_are_one_line_config_errors(data_and_model):
     dm, model = data_and_model
     with pytest.raises(ConfigError) as err:
         SparsityCallback("h3o", ratio=0.5)
-    assert "valid: cab, cab_v3, cab_v4, dense, h2o, knorm, local_strided, random, snapkv, streaming_llm, tova" \
+    assert "valid: cab, cab_v3, cab_v4, dense, h2o, knorm, local_strided, observed_attention, random, snapkv, streaming_llm, tova" \
         in _one_line(err)
     for ratio in (1.0, -0.1):
         with pytest.raises(ConfigError) as err:

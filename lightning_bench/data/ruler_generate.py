@@ -3,7 +3,7 @@ target length and any tokenizer, deterministically per seed.
 
     lightning_bench generate_ruler --tokenizer $LB_SMOLLM2_DIR --data_dir DATA/ruler --lengths 4096 8192 \
         --num_samples 100 [--tasks niah_single_1 vt ...] [--haystack essay --essay FILE_OR_FOLDER] \
-        [--squad FILE] [--hotpotqa FILE] [--depth 50] [--seed 42]
+        [--squad FILE] [--hotpotqa FILE] [--depth 50 | --depths drawn] [--seed 42]
 
 writes DATA/ruler/<length>/<task>.jsonl (atomically) and a manifest.json per length folder (generator
 settings, tokenizer, sources and their sha256); `--data.data_dir DATA` then reads them as the tasks
@@ -17,8 +17,10 @@ task templates of scripts/data/synthetic/constants.py and the generators' rules)
 - niah: needles "One of the special magic {numbers|uuids} for {key} is: {value}." with keys and values of
   RULER's kinds (words = adjective-noun pairs, 7-digit numbers, uuid4s) in a haystack: the noise sentences
   ("The grass is green. ... There and back again.", one line each), a long text (essay, cut into
-  sentences) or distractor needles. Depths are drawn from RULER's 40 depths (0, 3, ..., 100) without
-  replacement, or all answer needles go at `depth`; a needle goes at the haystack boundary (between lines,
+  sentences) or distractor needles. The answer needles of sample i of n go at RULER's depth
+  DEPTHS[floor(i * 40 / n)] (`depths` "stratified", the default: n = 40 covers the 40 depths once, a
+  smaller n spreads over them evenly), at a depth drawn from the 40 ("drawn"), or at `depth`; the other
+  needles at depths drawn without replacement. A needle goes at the haystack boundary (between lines,
   sentences or paragraphs) nearest to that fraction of the haystack's tokens (the needles before it
   counted). Rows record `depth` (the first answer needle's) and `needle_depths` (one per output). The
   template is RULER's, singular when one value is asked for.
@@ -70,10 +72,11 @@ from lightning_bench.data.tasks.definitions.long_context.ruler import SPECS, TAS
 from lightning_bench.errors import ConfigError, MissingData, unknown_name
 from lightning_bench.results.io import check_output, write_text_atomic
 
-GENERATOR_VERSION = 2  # 2: depths over the haystack alone (1 counted the inserted needles too)
+GENERATOR_VERSION = 3  # 3: stratified answer depths by default; 2: depths over the haystack alone (1 counted the needles)
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 DEPTHS = tuple(round(100 * i / 39) for i in range(40))  # RULER's np.round(np.linspace(0, 100, 40))
 Haystack = Literal["noise", "essay"]
+DepthRule = Literal["stratified", "drawn"]
 HAYSTACKS = get_args(Haystack)
 FILL_AT = 0.005  # fill the gap left by whole units when it exceeds this fraction of the target
 TOLERANCE = 0.01  # every row's length is within this fraction below the target
@@ -657,7 +660,7 @@ def _sha256(path: Path) -> str:
 def generate_task(task: str, tokenizer, target_length: int, num_samples: int, seed: int = 42,
                   haystack: str = "noise", depth: Optional[float] = None, essay: Optional[str | Path] = None,
                   squad: Optional[str | Path] = None, hotpotqa: Optional[str | Path] = None,
-                  words: str = "builtin") -> list[dict]:
+                  words: str = "builtin", depths: DepthRule = "stratified") -> list[dict]:
     """`num_samples` rows of RULER task `task` (niah_single_1, ..., qa_2), each `target_length` tokens long
     within 1% (RULER's count: input tokens + tokens_to_generate, never more than the target).
 
@@ -666,8 +669,9 @@ def generate_task(task: str, tokenizer, target_length: int, num_samples: int, se
         (RULER's repeated sentences; no data needed) or `essay` (the text of `essay`: a file or a folder of
         .txt files; default ../shared/data/wikitext-2/test.txt). The other tasks keep RULER's haystack.
     depth: niah and qa only: where (percent of the haystack) the answer needle(s) / gold paragraph(s) go;
-        None = a depth drawn per sample (per needle) from RULER's 40 depths.
-    Sample i is the same whatever num_samples is; the seed, task and index decide its random draws.
+        None = by the `depths` rule: "stratified" (sample i of n at DEPTHS[floor(i * 40 / n)], so a table's
+        n rows cover the depths evenly instead of a draw's clusters) or "drawn" (per sample, per needle).
+    The seed, task and index decide a sample's random draws; a stratified depth also depends on num_samples.
     """
     short = task.removeprefix("ruler/")
     if short not in SPECS:
@@ -682,10 +686,18 @@ def generate_task(task: str, tokenizer, target_length: int, num_samples: int, se
     if depth is not None and (kind not in ("niah", "qa") or not 0 <= depth <= 100):
         raise ConfigError(f"depth applies to the niah and qa tasks, as a percent in [0, 100]; got {depth!r} "
                           f"for {short}")
+    if depths not in get_args(DepthRule):
+        raise unknown_name("depth rule", depths, get_args(DepthRule))
     max_new = tokens_to_generate(short)
     word_sets = word_lists(words)
-    make, used = _maker(short, kind, args, tokenizer, target_length, seed, haystack, depth, essay, squad, hotpotqa,
-                        word_sets, num_samples)
+
+    def depth_of(index: int) -> Optional[float]:
+        if depth is not None or depths == "drawn":
+            return depth
+        return float(DEPTHS[index * len(DEPTHS) // num_samples])
+
+    make, used = _maker(short, kind, args, tokenizer, target_length, seed, haystack, depth_of, essay, squad,
+                        hotpotqa, word_sets, num_samples)
     rows, guess, counter = [], 1, TokenCounter(tokenizer)
     for index in range(num_samples):
         sample = make(index)
@@ -700,7 +712,7 @@ def generate_task(task: str, tokenizer, target_length: int, num_samples: int, se
 
 
 def _maker(short, kind, args, tokenizer, target, seed, haystack, depth, essay, squad, hotpotqa, words, count):
-    """(index -> sample, the haystack's name for the rows)."""
+    """(index -> sample, the haystack's name for the rows); `depth(index)`: the sample's answer depth or None."""
     key = (seed, short)
     if kind == "niah":
         used = args["haystack"]
@@ -710,7 +722,7 @@ def _maker(short, kind, args, tokenizer, target, seed, haystack, depth, essay, s
         elif used == "essay":
             text = essay_words(str(source_path("essay", essay)))
         name = {"repeat": "noise", "essay": "essay", "needle": "needle"}[used]
-        return (lambda i: _Niah((*key, i), args, used, target, depth, text, words)), name
+        return (lambda i: _Niah((*key, i), args, used, target, depth(i), text, words)), name
     if kind == "vt":
         lines = _vt_example_lines(tokenizer, seed)
         return (lambda i: _VariableTracking((*key, i), args, target, lines)), "noise"
@@ -724,7 +736,7 @@ def _maker(short, kind, args, tokenizer, target, seed, haystack, depth, essay, s
     if count > len(questions):
         raise ConfigError(f"ruler/{short}: {path} has {len(questions)} answerable questions, fewer than the "
                           f"{count} samples asked for")
-    return (lambda i: _QuestionAnswering((*key, i), questions[i], docs, depth)), dataset
+    return (lambda i: _QuestionAnswering((*key, i), questions[i], docs, depth(i))), dataset
 
 
 def _fit(short: str, sample: _Sample, tokenizer, target: int, max_new: int, guess: int) -> tuple[int, Prompt, int]:
@@ -780,7 +792,9 @@ class RulerConfig:
     hotpotqa: Optional[str] = None
     """HotpotQA dev json for qa_2 (not available offline)"""
     depth: Optional[Percent] = None
-    """niah/qa answer depth in percent (default: drawn)"""
+    """niah/qa answer depth in percent (default: by --depths)"""
+    depths: DepthRule = "stratified"
+    """niah/qa answer depths without --depth: stratified (row i of n at RULER's depth floor(i*40/n)) or drawn"""
     words: str = "builtin"
     """builtin, wonderwords (RULER's lists) or a file"""
 
@@ -826,13 +840,15 @@ def main(argv: Optional[list[str]] = None) -> int:
             depth = args.depth if SPECS[task][0] in ("niah", "qa") else None  # --depth: the tasks with a needle
             rows = generate_task(task, tokenizer, length, args.num_samples, seed=args.seed, haystack=args.haystack,
                                  depth=depth, essay=args.essay, squad=args.squad, hotpotqa=args.hotpotqa,
-                                 words=args.words)
+                                 words=args.words, depths=args.depths)
             path = write_rows(folder / f"{task}.jsonl", rows)
             lengths = [r["length"] for r in rows]
             source = {"qa_1": "squad", "qa_2": "hotpotqa"}.get(task, rows[0]["haystack"])
             manifest[task] = {"generator": f"lightning_bench.data.ruler_generate@{GENERATOR_VERSION}",
                               "rows": len(rows), "target_length": length, "seed": args.seed,
                               "haystack": rows[0]["haystack"], "depth": depth, "words": args.words,
+                              "depths": None if depth is not None or SPECS[task][0] not in ("niah", "qa")
+                              else args.depths,
                               "tokenizer": tokenizer.describe(), "source": sources.get(source),
                               "length_min": min(lengths), "length_max": max(lengths)}
             write_text_atomic(manifest_path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")

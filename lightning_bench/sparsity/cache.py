@@ -202,7 +202,7 @@ class EvictionState:
         for i, layer in enumerate(self.cache.layers):
             stats = recorder.stats(i) if recorder is not None else {}
             view = LayerView(layer_idx=i, keys=layer.keys, values=layer.values, positions=self.positions[i],
-                             valid=self.valid, keep=keep, group_size=self.group_size, stats=stats)
+                             valid=self.valid, keep=keep, group_size=self.group_size, stats=stats, seen=self.seen)
             index, new_valid = select_slots(method.priority(view), self.valid, self.positions[i], keep)
             D = layer.keys.shape[-1]
             gather = index[..., None].expand(-1, -1, -1, D)

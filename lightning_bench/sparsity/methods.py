@@ -26,6 +26,9 @@ local_strided  a recent window (`local_ratio` of the budget) + every s-th older 
 h2o            cumulative attention received (sum over all queries seen so far and the KV group's
                query heads); the budget is split between the most recent tokens (`recent_ratio`,
                default 0.5 as in Zhang et al. 2023's equal heavy/recent budgets) and heavy hitters.
+observed_attention  kvpress's ObservedAttentionPress: the attention a key received, summed over the
+               queries that saw it and divided by their number (n - position for a row that has seen
+               n tokens), averaged over the KV group's query heads; no recent window.
 knorm          keeps the keys with the LOWEST L2 norm (Devoto et al. 2024). Cached keys are
                post-RoPE; a rotation does not change a norm.
 snapkv         observation window = the last `window` queries (their tokens are always kept). Per QUERY
@@ -86,6 +89,7 @@ class LayerView:
     keep: torch.Tensor  # (B,) slots each row keeps after this compression (<= its valid slots)
     group_size: int = 1  # query heads per KV head
     stats: dict = field(default_factory=dict)  # from capture.AttentionRecorder: what the method's `needs` declares
+    seen: Optional[torch.Tensor] = None  # (B,) tokens each row has seen (the next token's true position)
 
     @property
     def n_valid(self) -> torch.Tensor:
@@ -257,6 +261,18 @@ class H2O(Method):
 
 
 @dataclass
+class ObservedAttention(Method):
+    name = "observed_attention"
+    needs = Needs(cumulative=True)
+
+    def priority(self, view):
+        if view.seen is None:
+            raise RuntimeError("observed_attention needs the tokens each row has seen (LayerView.seen)")
+        queries = (view.seen[:, None, None] - view.positions).clamp(min=1)  # the queries that saw each key
+        return Priority(_stat(view, "cum", self.name) / (queries * view.group_size))
+
+
+@dataclass
 class KNorm(Method):
     name = "knorm"
 
@@ -356,7 +372,8 @@ class CAB(Method):
 
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (
-    Dense, RandomEviction, StreamingLLM, LocalStrided, H2O, KNorm, SnapKV, TOVA, CABV3, CABV4, CAB)}
+    Dense, RandomEviction, StreamingLLM, LocalStrided, H2O, ObservedAttention, KNorm, SnapKV, TOVA, CABV3, CABV4,
+    CAB)}
 
 
 def make_method(name, **params) -> Method:

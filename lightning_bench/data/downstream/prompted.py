@@ -17,7 +17,7 @@ from lightning_bench.data.options import (ContextTokens, NonNegativeFloat, NonNe
                                           PositiveInt, checked_arguments)
 from lightning_bench.data.tasks import GenerationSettings, get_task
 from lightning_bench.data.tasks.finetune import passage
-from lightning_bench.data.tasks.rows import local_layout
+from lightning_bench.data.tasks.rows import length_splits
 from lightning_bench.errors import ConfigError, MissingData
 from lightning_bench.data.tasks.requests import Generation, MultipleChoice, build_request
 
@@ -134,13 +134,14 @@ class PromptedDataModule(TaskDataModule):
         n = self.hparams.max_context
         if n is None or task in (self.hparams.paths or {}):
             return "eval"
-        lengths = sorted(int(k) for k in local_layout(get_task(task)) if str(k).isdigit())
+        lengths = length_splits(get_task(task), self.hparams.data_dir)
         if not lengths:
             return "eval"  # one set whatever the length: its prompts are cut to max_context like any other
         if n not in lengths:
-            raise ConfigError(f"{task}: max_context {n} has no {get_task(task).benchmark} set; its sets are "
-                              f"{', '.join(map(str, lengths))} tokens (other lengths: generate them and name the files "
-                              "in paths)")
+            where = "the hub's and --data.data_dir's" if self.hparams.data_dir else "the hub's"
+            raise ConfigError(f"{task}: max_context {n} has no {get_task(task).benchmark} set; {where} sets are "
+                              f"{', '.join(map(str, lengths))} tokens (other lengths: generate them under "
+                              "--data.data_dir, or name the files in paths)")
         return str(n)
 
     def max_new_tokens(self, task: str, row: Optional[dict] = None) -> int:

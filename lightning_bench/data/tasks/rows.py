@@ -13,6 +13,7 @@ code, so a task's rows look the same whichever way they were loaded.
 from __future__ import annotations
 
 import hashlib
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from lightning_bench.errors import ConfigError, MissingData
 
 ROLES = ("eval", "train", "fewshot")
 LAYOUT_FILE = Path(__file__).with_name("local_layout.yaml")
+LENGTH_SPLIT = "{length}"  # the layout key of a suite's sets generated at any length (local_layout)
 
 
 def load_rows(task: str, split: str, data_dir: str | Path | None = None,
@@ -52,10 +54,25 @@ def load_rows(task: str, split: str, data_dir: str | Path | None = None,
 
 
 def local_layout(task: TaskDefinition) -> dict:
-    """{split: [paths under a data folder], "note": ...} for `task`, from local_layout.yaml."""
+    """{split: [paths under a data folder], "note": ...} for `task`, from local_layout.yaml. A suite generated
+    per length has the split LENGTH_SPLIT, its paths holding "{length}": the set of any length found on disk."""
     layouts = _layouts()
     layout = layouts.get(task.name) or layouts.get(f"{task.benchmark}/*", {})
-    return {k: ([p.format(name=task.short_name) for p in v] if k != "note" else v) for k, v in layout.items()}
+    return {k: ([p.format(name=task.short_name, length="{length}") for p in v] if k != "note" else v)
+            for k, v in layout.items()}
+
+
+def length_splits(task: TaskDefinition, data_dir: str | Path | None) -> list[int]:
+    """The lengths `task` has a set of: the splits its layout names by a length (the hub's), and those of
+    its LENGTH_SPLIT files found under `data_dir` (`generate_ruler --lengths 1024` writes ruler/1024/...)."""
+    layout = local_layout(task)
+    lengths = {int(k) for k in layout if str(k).isdigit()}
+    for pattern in layout.get(LENGTH_SPLIT, []) if data_dir is not None else []:
+        shape = re.compile(re.escape(pattern).replace(re.escape("{length}"), r"(\d+)"))
+        for found in Path(data_dir).glob(pattern.replace("{length}", "*")):
+            match = shape.fullmatch(found.relative_to(data_dir).as_posix())
+            lengths.update([int(match.group(1))] if match else [])
+    return sorted(lengths)
 
 
 @lru_cache(maxsize=1)
@@ -134,6 +151,8 @@ def _expected_files(fmt: str) -> str:
 def _local_files(task: TaskDefinition, split: str, data_dir, paths: list | None) -> list[Path]:
     if paths is None:
         known = {k: v for k, v in local_layout(task).items() if k != "note"}
+        if split not in known and split.isdigit() and LENGTH_SPLIT in known:
+            known[split] = [p.replace(LENGTH_SPLIT, split) for p in known[LENGTH_SPLIT]]
         if split not in known:
             raise MissingData(f"{task.name}: no local file is known for split {split!r} (known: "
                               f"{', '.join(known)}); pass the files with --data.paths")
