@@ -40,8 +40,10 @@ step downstream lb downstream --config configs/downstream/quick_test.yaml --data
   --results_dir "$out/downstream"
 # one cell of the measured RULER grid (measurements/long_context/cells), recomputed from freshly generated data
 ruler() {
+  # the measured grid's depths were drawn: a generator that stratifies them by default is asked to draw
+  local drawn=(); lb generate_ruler --help 2>&1 | grep -q -- "--depths" && drawn=(--depths drawn)
   lb generate_ruler --tokenizer "$model" --out "$data_ruler/ruler" --lengths 4096 --num_samples 10 \
-    --haystack essay --essay "$shared/data/pg19" --tasks niah_single_1
+    --haystack essay --essay "$shared/data/pg19" --tasks niah_single_1 "${drawn[@]}"
   lb downstream --config configs/downstream/long_context.yaml --data_dir "$data_ruler" --results_dir "$out/ruler" \
     --tasks '[ruler/niah_single_1]' --methods '[h2o]' --sparsity '[0.5]' --protocols '[query_aware]'
 }
