@@ -137,6 +137,23 @@ def test_generation_old_spellings_give_the_same_config_and_one_note(old, new, no
     assert new_parsed.config.rerotate is True and new_parsed.config.context_length == [16]
 
 
+def test_dotted_method_parameters_of_one_method_all_count(tmp_path, capsys):
+    """`--method_params.cab.a 1 --method_params.cab.b 2`: both reach the config (jsonargparse alone kept only
+    the last item of a method); a later whole assignment of the method's dict still replaces earlier items."""
+    from lightning_bench.experiments.downstream.config import DownstreamConfig
+
+    base = ["--model.pretrained", "m", "--tasks", "xsum", "--methods", "cab", "h2o", "--ratios", "0.5"]
+    parsed, _ = _parsed("downstream", DownstreamConfig, [*base, "--method_params.cab.local_ratio", "0.2",
+                                                         "--method_params.cab.importance_ratio", "0.6",
+                                                         "--method_params.h2o.recent_ratio=0.25"], capsys)
+    assert parsed.config.method_params == {"cab": {"local_ratio": 0.2, "importance_ratio": 0.6},
+                                           "h2o": {"recent_ratio": 0.25}} == parsed.resolved["method_params"]
+    parsed, _ = _parsed("downstream", DownstreamConfig, [*base, "--method_params.cab.local_ratio", "0.2",
+                                                         "--method_params.cab", "{local_ratio: 0.1, bridge_ratio: 0.4}"],
+                        capsys)
+    assert parsed.config.method_params == {"cab": {"local_ratio": 0.1, "bridge_ratio": 0.4}}
+
+
 def test_an_old_and_a_new_spelling_together_are_one_error(capsys):
     from lightning_bench.experiments.generation.config import GenerationConfig
 

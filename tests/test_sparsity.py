@@ -255,7 +255,11 @@ def test_budget_rounding():
     n = torch.tensor([10, 512, 7, 1])
     assert budget(n, 0.7).tolist() == [3, 154, 3, 1]  # ceil(0.3 * n) without float fuzz (0.3 * 10 = 3.0000000000000004)
     assert budget(n, 0.7, rounding="floor").tolist() == [3, 153, 2, 1]  # int(0.3 * n), at least 1
-    assert budget(torch.tensor([10, 4096]), 0.9, rounding="floor").tolist() == [1, 409]  # (1 - .9) * 10 = 0.999...
+    # kvpress's max(1, int(n * (1 - ratio))) to the bit: (1 - .9) * 100 = 9.999999999999998 keeps 9
+    n = torch.tensor([10, 4096, 20, 100, 30])
+    kvpress = [max(1, int(k * (1 - 0.9))) for k in n.tolist()]
+    assert budget(n, 0.9, rounding="floor").tolist() == kvpress == [1, 409, 1, 9, 2]
+    n = torch.tensor([10, 512, 7, 1])
     assert budget(n, 0.0, rounding="floor").tolist() == [10, 512, 7, 1]
     assert budget(n, budget_tokens=8, rounding="floor").tolist() == [8, 8, 7, 1]
     with pytest.raises(ConfigError, match=r"^--sparsity.rounding must be one of ceil, floor .*got 'round'$"):

@@ -21,8 +21,8 @@ new tokens continue from keep.
 
 Budget: `budget(n, sparsity, rounding=...)` keeps (1 - sparsity) * n slots, n = the row's tokens seen so
 far (context + generated), so a re-compression keeps the same fraction of everything seen; rounded up
-(`ceil`, the default here) or down (`floor`: int(n * (1 - sparsity)), what kvpress and most KV-compression
-libraries keep, one token fewer whenever the product is not whole); at least 1. Or a fixed number of
+(`ceil`, the default here) or down (`floor`: int(n * (1 - sparsity)) in floats, exactly what kvpress and
+most KV-compression libraries keep, one token fewer whenever the product is not whole); at least 1. Or a fixed number of
 tokens (`budget_tokens`). Sparsity 0 keeps everything (the compression is then skipped, so it
 reproduces dense exactly).
 """
@@ -44,14 +44,15 @@ ROUNDINGS = ("ceil", "floor")
 def budget(n_seen: torch.Tensor, sparsity: Optional[float] = None, budget_tokens: Optional[int] = None,
            rounding: str = "ceil") -> torch.Tensor:
     """Slots to keep per row (B,): (1 - sparsity) * n_seen rounded by `rounding` (at least 1), or
-    `budget_tokens`; capped at n_seen. The 1e-9 keeps float fuzz (0.3 * 10 = 3.0000000000000004) from
-    moving a whole product by one."""
+    `budget_tokens`; capped at n_seen. Under "ceil" a 1e-9 keeps float fuzz (0.3 * 10 = 3.0000000000000004)
+    from moving a whole product up by one; "floor" is kvpress's int(n * (1 - ratio)) to the bit, fuzz
+    included ((1 - 0.9) * 100 = 9.999999999999998 keeps 9), so its counts match kvpress's everywhere."""
     if (sparsity is None) == (budget_tokens is None):
         raise ConfigError("give exactly one of sparsity (a ratio in [0, 1)) and budget_tokens (a token count)")
     if sparsity is not None:
         check_sparsity(sparsity)
         round_to_int = math.ceil if check_rounding(rounding) == "ceil" else math.floor
-        fuzz = -1e-9 if rounding == "ceil" else 1e-9
+        fuzz = -1e-9 if rounding == "ceil" else 0.0
         keep = [max(1, round_to_int((1.0 - sparsity) * int(n) + fuzz)) if n > 0 else 0 for n in n_seen.tolist()]
         return torch.tensor(keep, dtype=torch.long, device=n_seen.device).minimum(n_seen)
     return torch.full_like(n_seen, int(budget_tokens)).minimum(n_seen)

@@ -10,7 +10,8 @@ infinitebench.py); the rules, as compute_scores.py applies them to a prediction:
 - longbook_qa_eng (En.QA): token F1 after SQuAD's normalisation (lower-case, punctuation and a/an/the
   dropped), the max over the gold answers; 0 without a common token.
 - longbook_choice_eng (En.MC): gold = [option text, letter]. A prediction starting with A-D counts that
-  letter; one equal to a gold string counts; else after "answer is:", "answer:", "answer is" or "option is"
+  letter; one equal to a gold string counts (the script's `if pred in label`, src/compute_scores.py at
+  OpenBMB/InfiniteBench 88b3daa, line 254: not a deviation); else after "answer is:", "answer:", "answer is" or "option is"
   (the first found, quotes and punctuation spaced out) it must start with the letter or the option text;
   else the first word that is a substring of "ABCD" decides (the script's own test, kept).
 - longdialogue_qa_eng (En.Dia): the first gold name is one of the prediction's words, upper-cased (the

@@ -113,12 +113,34 @@ def parse_command(command: str, config_class: type, argv: list[str], description
         raise ConfigError(f"{command}: {where}: {reason.strip(chr(34))} (set it, give a default as "
                           "${oc.env:VAR,default}, or override the option on the command line)") from err
     _move_deprecated(parser, namespace, deprecated, argv)
+    _merge_nested_items(namespace, argv, hints)
     files = [Path(str(f)) for f in (namespace.pop("config", None) or []) if f is not None]
     resolved = json.loads(json.dumps(namespace.as_dict(), default=str))  # plain data: lists, not tuples
     resolved = {k: v for k, v in resolved.items() if k not in deprecated}  # records name the current fields
     init = parser.instantiate(namespace)
     config = config_class(**{f.name: _plain(init[f.name]) for f in dataclasses.fields(config_class) if f.init})
     return Parsed(config, resolved, files)
+
+
+def _merge_nested_items(namespace, argv: list[str], hints: dict) -> None:
+    """`--method_params.cab.local_ratio 0.2 --method_params.cab.importance_ratio 0.6`: jsonargparse sets a
+    dict-of-dicts field's inner dict whole for each item, so only the last item of a method survived,
+    silently. Every such item typed after the last whole assignment of its dict is set into it, in order."""
+    items: dict = {}
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        parts = name[2:].split(".") if name.startswith("--") else []
+        if not parts or typing.get_origin(hints.get(parts[0])) is not dict or \
+                typing.get_origin(typing.get_args(hints[parts[0]])[1]) is not dict:
+            continue
+        if len(parts) < 3:  # the whole field or one inner dict: earlier items are replaced on purpose
+            items = {k: v for k, v in items.items() if k[0] != parts[0] or (len(parts) == 2 and k[1] != parts[1])}
+        elif len(parts) == 3 and (eq or i + 1 < len(argv)):
+            items[tuple(parts)] = value if eq else argv[i + 1]
+    for (field_name, key, item), value in items.items():
+        table = namespace.get(field_name) or {}
+        table.setdefault(key, {})[item] = yaml.safe_load(value)
+        namespace[field_name] = table
 
 
 def _config_files(argv: list[str]) -> list[Path]:
