@@ -8,6 +8,8 @@ import torch
 from lightning_bench.data.downstream.prompted import PromptedDataModule
 from lightning_bench.errors import ConfigError
 from lightning_bench.data.downstream.requests import encode_generation
+from lightning_bench.data.tasks import get_task
+from lightning_bench.data.tasks.requests import Generation
 from lightning_bench.evaluation import prompted
 from lightning_bench.sparsity.sampling import sample_token
 from tests.test_downstream import KeepEverything, gpt2, tiny_hf, tiny_module  # noqa: F401 (fixtures)
@@ -63,39 +65,52 @@ def test_a_long_document_loses_its_middle_not_the_instruction_or_question(gpt2):
     document = " ".join(f"w{i}" for i in range(300))
     context = f"Summarize the article.\n\nArticle: {document}\n\nQuestion: who?\n\nSummary:"
     full = len(gpt2.encode(context))
-    row = encode_generation(gpt2, 0, context, max_length=120, max_new_tokens=20, document=document)
+    row = encode_generation(gpt2, 0, context, len(context), max_length=120, max_new_tokens=20, document=document)
     text = gpt2.decode(row.tokens)
     assert len(row.tokens) <= 100 and row.truncated >= full - 100
     assert text.startswith("Summarize the article.\n\nArticle: w0 w1 w2") and text.endswith(
         "w298 w299\n\nQuestion: who?\n\nSummary:")
     assert " w150 " not in text  # the middle went
-    fits = encode_generation(gpt2, 0, context, max_length=full + 20, max_new_tokens=20, document=document)
+    fits = encode_generation(gpt2, 0, context, len(context), max_length=full + 20, max_new_tokens=20, document=document)
     assert fits.truncated == 0 and fits.tokens == gpt2.encode(context)
 
 
 def test_a_prompt_that_cannot_fit_is_a_one_line_error(gpt2):
     context = "Answer the question with a short answer. " * 10 + "Article: short\n\nQuestion: who?\n\nAnswer:"
     with pytest.raises(ConfigError, match="xsum sample 'a'.*without its document do not fit"):
-        encode_generation(gpt2, 0, context, 40, 20, document="short", label="xsum sample 'a'")
+        encode_generation(gpt2, 0, context, len(context), 40, 20, document="short", label="xsum sample 'a'")
     with pytest.raises(ConfigError, match="no document to shorten"):
-        encode_generation(gpt2, 0, context, 40, 20, cut_left=False)
-    assert encode_generation(gpt2, 0, context, 40, 20).truncated > 0  # code / k-shot: cut from the left
+        encode_generation(gpt2, 0, context, len(context), 40, 20, cut_left=False)
+    assert encode_generation(gpt2, 0, context, len(context), 40, 20).truncated > 0  # code / k-shot: cut from the left
 
 
 def test_chat_template_applies_to_instruction_tasks_only(smollm2_dir):
     dm = PromptedDataModule(tasks="xsum,squad", tokenizer=str(smollm2_dir))
     dm.tokenizer = dm.resolve_tokenizer()
     assert dm.uses_chat_template("xsum") and not dm.uses_chat_template("squad")
-    text = dm.render("xsum", "Summarize this.")
+
+    def render(module, task, text, row=None):
+        prefix, joiner = get_task(task).generation.answer_start(row or {})
+        return module.render(task, Generation(text, (), answer_prefix=prefix, joiner=joiner))
+
+    text, cue = render(dm, "xsum", "Summarize this.")
     assert "<|im_start|>user\nSummarize this.<|im_end|>" in text and text.endswith("<|im_start|>assistant\n")
-    assert dm.render("squad", "Question: x") == "Question: x"
+    assert text[cue:] == "<|im_end|>\n<|im_start|>assistant\n"  # the cue: what follows the user's text
+    assert render(dm, "squad", "Question: x") == ("Question: x", len("Question: x"))
     off = PromptedDataModule(tasks="xsum", tokenizer=str(smollm2_dir), chat_template="off")
     off.tokenizer = dm.tokenizer
-    assert off.render("xsum", "Summarize this.") == "Summarize this."
-    # a task's answer prefix follows the prompt, with or without the chat template
-    assert dm.render("infinitebench/passkey", "What is the pass key?").endswith("assistant\nThe pass key is")
-    assert off.render("infinitebench/passkey", "What is the pass key?") == "What is the pass key?\n\nThe pass key is"
-    assert off.render("xsum", "Summarize this.") == "Summarize this."  # no prefix, nothing added
+    assert render(off, "xsum", "Summarize this.") == ("Summarize this.", 15)
+    # a task's answer prefix follows the prompt, with or without the chat template; it is part of the cue
+    text, cue = render(dm, "infinitebench/passkey", "What is the pass key?")
+    assert text.endswith("What is the pass key?<|im_end|>\n<|im_start|>assistant\nThe pass key is")
+    assert text[cue:] == "<|im_end|>\n<|im_start|>assistant\nThe pass key is"
+    assert render(off, "infinitebench/passkey", "What is the pass key?") == \
+        ("What is the pass key?\n\nThe pass key is", len("What is the pass key?"))
+    # a row's own answer prefix (RULER, kvpress's rows) is written as it is after the question
+    row = {"answer_prefix": " The number is"}
+    assert render(off, "ruler/vt", "Find it.", row)[0] == "Find it. The number is"
+    text, cue = render(dm, "ruler/vt", "Find it.", row)
+    assert text.endswith("Find it.<|im_end|>\n<|im_start|>assistant\n The number is") and text[:cue].endswith("Find it.")
     record = dm.protocol_record()
     assert record["chat_template"] == {"xsum": True, "squad": False}
     assert record["sampling"]["xsum"] == {"samples": 1, "temperature": 0.0, "top_p": 1.0, "seed": 1234}
@@ -105,7 +120,7 @@ def test_chat_template_on_without_one_and_bad_sampling_are_errors(gpt2):
     dm = PromptedDataModule(tasks="xsum", tokenizer="gpt2", chat_template="on")
     dm.tokenizer = gpt2
     with pytest.raises(ConfigError, match="has no chat template; use auto or off"):
-        dm.render("xsum", "x")
+        dm.render("xsum", Generation("x", ()))
     with pytest.raises(ConfigError, match="need --data.temperature > 0"):
         PromptedDataModule(tasks="humaneval", samples=5).sampling("humaneval")
     with pytest.raises(ConfigError, match=r"--data.top_p: got 0.0; expected a float in \(0, 1\]"):

@@ -12,7 +12,7 @@ import pytest
 from lightning_bench.data.infinitebench_generate import depths_of, generate, main as generate_main, write_jsonl
 from lightning_bench.data.tasks import TASKS, check_definition, get_task, load_rows, local_layout
 from lightning_bench.data.tasks.formats import READERS
-from lightning_bench.data.tasks.requests import build_request
+from lightning_bench.data.tasks.requests import build_request, render_generation
 from lightning_bench.errors import ConfigError, MissingData
 from lightning_bench.evaluation.generative_scoring import score_generative, task_means_entry
 from lightning_bench.evaluation.long_context import PRIMARY, SCORERS
@@ -309,12 +309,13 @@ def test_a_set_made_for_a_chat_model_fits_max_context_whole(smollm2_dir, smollm2
     (row,) = dm.rows("infinitebench/passkey", dm.eval_split("infinitebench/passkey"))
     from lightning_bench.data.downstream.requests import split_prompt
 
-    prompt = dm.render("infinitebench/passkey", build_request("infinitebench/passkey", row).context)
+    prompt, cue = dm.render("infinitebench/passkey", build_request("infinitebench/passkey", row))
     assert prompt.startswith("<|im_start|>system")  # SmolLM2's chat template, as --chat_template auto applies it
     # the answer starts with the benchmark's own words, in the assistant's turn, after the document
     assert prompt.endswith("What is the pass key?<|im_end|>\n<|im_start|>assistant\nThe pass key is")
-    _, question, _ = split_prompt(smollm2_tokenizer, prompt, row["context"], 4096, "passkey")
-    assert smollm2_tokenizer.decode(question).endswith("assistant\nThe pass key is")
+    _, question, answer_cue, _ = split_prompt(smollm2_tokenizer, prompt, cue, row["context"], 4096, "passkey")
+    assert smollm2_tokenizer.decode(question).endswith("What is the pass key?")
+    assert smollm2_tokenizer.decode(answer_cue) == "<|im_end|>\n<|im_start|>assistant\nThe pass key is"
     # prompt + the 6 new tokens within 4096 (so nothing is cut, and the needle at depth 50 stays), within 1%
     total = len(smollm2_tokenizer.encode(prompt)) + dm.max_new_tokens("infinitebench/passkey", row)
     assert 0.99 * 4096 <= total <= 4096
@@ -358,8 +359,8 @@ def test_generator_writes_one_set_per_length_with_its_manifest(generated, gpt2_t
         name = f"infinitebench/{task}"
         rows = load_rows(name, str(length), data_dir=generated)
         settings = TASKS[name].generation
-        counted = [len(gpt2_tokenizer.encode(settings.start_answer(build_request(name, r).context, chat=False)))
-                   + settings.max_new_tokens for r in rows]
+        counted = [len(gpt2_tokenizer.encode(render_generation(build_request(name, r))[0])) + settings.max_new_tokens
+                   for r in rows]
         slack = 0.01 if task == "passkey" else 0.02
         assert all((1 - slack) * length <= n <= length for n in counted), (task, counted)
         entry = manifest[task]

@@ -70,4 +70,5 @@ def test_cli_and_driver_record_lengths_and_compress_before_the_question(protocol
     first = cell["samples"][0]
     assert first["question_tokens"] > 0 and first["compressed_tokens"] == first["context_tokens"]
     assert first["kept_tokens"] == -(-first["context_tokens"] // 2)  # ceil(0.5 x context)
-    assert first["original_prompt_tokens"] == first["context_tokens"] + first["question_tokens"] + first["truncated_tokens"]
+    assert first["original_prompt_tokens"] == first["context_tokens"] + first["question_tokens"] + first["cue_tokens"] + \
+        first["truncated_tokens"]

@@ -97,9 +97,9 @@ def test_a_length_beyond_the_window_is_refused_unless_the_cut_is_asked_for(tiny_
     cell = results["cells"]["ruler-niah_single_1__h2o_s0.5_query_aware_seed1234"]
     sample = cell["samples"][0]
     assert sample["truncated_tokens"] > 0
-    assert sample["context_tokens"] + sample["question_tokens"] + 3 <= 160
+    assert sample["context_tokens"] + sample["question_tokens"] + sample["cue_tokens"] + 3 <= 160
     assert sample["original_prompt_tokens"] == sample["context_tokens"] + sample["question_tokens"] + \
-        sample["truncated_tokens"]
+        sample["cue_tokens"] + sample["truncated_tokens"]
     files = results["meta"]["data"]["sources"]["ruler/niah_single_1"]["4096"]["files"]
     assert files[0]["path"].endswith("ruler/4096/niah_single_1.jsonl")
     assert cell["protocol"]["data"]["files"] == files  # the cell is tied to the data it read

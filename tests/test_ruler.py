@@ -63,11 +63,14 @@ def test_thirteen_definitions_pass_check_definition():
         assert check_definition(task) == [], name
         assert task.benchmark == "ruler" and task.metrics[0] == "ruler" and task.source.format == "ruler"
         gen = task.generation
-        assert gen.document == "context" and gen.stop == () and gen.chat is False
+        # the model's chat template where it has one (--chat_template auto), the row's answer prefix after it
+        assert gen.document == "context" and gen.stop == () and gen.chat is True
+        assert gen.answer_prefix_field == "answer_prefix"
         kind = "niah" if task.short_name.startswith("niah") else task.short_name.split("_")[0]
         assert gen.max_new_tokens == FAMILY_TOKENS[kind]
     row = {"context": "C ", "question": "Q?", "answer_prefix": " A:", "outputs": ["x"]}
-    assert get_task("ruler/vt").template(row) == ("C Q? A:", ("x",))
+    assert get_task("ruler/vt").template(row) == ("C Q?", ("x",))  # the user's text; the prefix follows it
+    assert get_task("ruler/vt").generation.answer_start(row) == (" A:", "")
 
 
 def test_string_match_all_and_part_by_hand():
@@ -372,7 +375,8 @@ def test_reader_reads_generated_files_from_the_layout(tmp_path):
         for key in ("input", "context", "question", "answer_prefix", "outputs", "length", "depth", "max_new_tokens"):
             assert row[key] == original[key], key
     text, answers = get_task("ruler/niah_single_1").template(rows[0])
-    assert text == raw[0]["input"] and answers == tuple(raw[0]["outputs"])
+    prefix, joiner = get_task("ruler/niah_single_1").generation.answer_start(rows[0])
+    assert text + joiner + prefix == raw[0]["input"] and answers == tuple(raw[0]["outputs"])
 
 
 def test_reader_splits_rulers_own_rows():

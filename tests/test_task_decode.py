@@ -1,6 +1,7 @@
-"""`generate_for_task`: prefill, compress, decode on the pruned cache for a context + question prompt,
-under both protocols, checked against plain transformers decoding, a method that records what it
-scored, and the budget arithmetic."""
+"""`generate_for_task`: prefill, compress, decode on the pruned cache for a context + question + cue prompt,
+under both protocols (kvpress's: the cue is fed after compression, every answer token comes from the
+compressed cache), checked against plain transformers decoding, a method that records what it scored, and
+the budget arithmetic."""
 
 import math
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from lightning_bench.sparsity.methods import H2O
 from lightning_bench.sparsity.task_decode import PROTOCOLS, continue_prompt, generate_for_task, prefill_prompt
 from tests.helpers import tiny_llama
 
-VOCAB, TC, TQ, N = 512, 15, 6, 8
+VOCAB, TC, TQ, TCUE, N = 512, 15, 6, 3, 8
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,7 @@ def net():
 @pytest.fixture(scope="module")
 def prompt():
     g = torch.Generator().manual_seed(3)
-    return torch.randint(0, VOCAB, (1, TC), generator=g), torch.randint(0, VOCAB, (1, TQ), generator=g)
+    return tuple(torch.randint(0, VOCAB, (1, n), generator=g) for n in (TC, TQ, TCUE))  # context, question, cue
 
 
 class CharTokenizer:
@@ -56,7 +57,7 @@ class Recording(H2O):
 
 def run(net, prompt, method="dense", **kwargs):
     kwargs.setdefault("max_new_tokens", N)
-    return generate_for_task(net, prompt[0], prompt[1], method, **kwargs)
+    return generate_for_task(net, prompt[0], prompt[1], method, cue_ids=prompt[2], **kwargs)
 
 
 def _one_line(err):
@@ -68,7 +69,7 @@ def _one_line(err):
 def test_sparsity_zero_reproduces_dense_and_dense_is_transformers_greedy(net, prompt):
     from transformers import GenerationConfig
 
-    ids = torch.cat(prompt, dim=1)
+    ids = torch.cat(prompt, dim=1)  # context, question, cue
     config = GenerationConfig(max_new_tokens=N, do_sample=False, num_beams=1, pad_token_id=0, eos_token_id=None)
     reference = net.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)[0, ids.shape[1]:]
     dense = {p: run(net, prompt, protocol=p) for p in PROTOCOLS}
@@ -78,8 +79,8 @@ def test_sparsity_zero_reproduces_dense_and_dense_is_transformers_greedy(net, pr
         assert isinstance(res, KVRecord) and res.stopped is None and len(res.tokens) == N
         assert res.kept_tokens == res.compressed_tokens == (TC if p == "query_agnostic" else TC + TQ)
         assert res.kv_bytes_peak == res.dense_kv_bytes_peak and res.compressions == 0
-        assert res.cache_length_final == TC + TQ + N - 1
-        assert res.method["protocol"] == p and res.method["question_tokens"] == TQ
+        assert res.cache_length_final == TC + TQ + TCUE + N - 1 and res.cue_tokens == TCUE
+        assert res.method["protocol"] == p and res.method["question_tokens"] == TQ and res.method["protocol_version"] == 2
     for name in sorted(METHODS):
         params = {"seed": 7} if name == "random" else {}
         for p in PROTOCOLS:
@@ -98,13 +99,13 @@ def test_one_shared_prefill_continued_by_every_method_equals_separate_runs(net, 
     names = sorted(METHODS)
     params = {"random": {"seed": 7}}
     for p in PROTOCOLS:
-        shared = prefill_prompt(net, prompt[0], prompt[1], p, names, method_params=params)
+        shared = prefill_prompt(net, prompt[0], prompt[1], p, names, method_params=params, cue_ids=prompt[2])
         assert len(shared.recorders) >= 3  # h2o's cum, snapkv's window, tova's last row, cab's two-hop, ...
         length = shared.state.length
         for name in names:
             for sparsity, interval in ((0.5, 0), (0.8, 0), (0.5, 2)):
                 kwargs = dict(sparsity=sparsity, interval=interval, max_new_tokens=N, method_params=params.get(name))
-                alone = generate_for_task(net, prompt[0], prompt[1], name, protocol=p, **kwargs)
+                alone = generate_for_task(net, prompt[0], prompt[1], name, protocol=p, cue_ids=prompt[2], **kwargs)
                 again = continue_prompt(shared, name, **kwargs)
                 got = (again.tokens, again.kept_tokens, again.kv_bytes_peak, again.cache_length_final,
                        again.compressions, again.compressed_tokens)
@@ -119,11 +120,28 @@ def test_one_shared_prefill_continued_by_every_method_equals_separate_runs(net, 
 
 
 def test_no_question_makes_both_protocols_one_run(net, prompt):
-    a = generate_for_task(net, prompt[0], None, "h2o", sparsity=0.5, protocol="query_aware", max_new_tokens=4)
+    a = generate_for_task(net, prompt[0], None, "h2o", sparsity=0.5, protocol="query_aware", max_new_tokens=4,
+                          cue_ids=prompt[2])
     b = generate_for_task(net, prompt[0], torch.empty(1, 0, dtype=torch.long), "h2o", sparsity=0.5,
-                          protocol="query_agnostic", max_new_tokens=4)
+                          protocol="query_agnostic", max_new_tokens=4, cue_ids=prompt[2])
     assert a.tokens == b.tokens and a.kept_tokens == b.kept_tokens == math.ceil(0.5 * TC)
     assert b.method["question_tokens"] == 0 and b.compressed_tokens == TC
+
+
+def test_no_answer_token_comes_from_the_dense_prefill(net, prompt):
+    """The first answer token is predicted on the compressed cache (after the cue is fed), not read from
+    the dense prefill's logits: a heavy compression changes it. Without a cue (and, for query_agnostic,
+    without a question) the span's last token is held back and fed after compression."""
+    dense = run(net, prompt, max_new_tokens=1).tokens
+    heavy = [run(net, prompt, "streaming_llm", budget_tokens=b, max_new_tokens=1).tokens for b in (1, 2, 4)]
+    assert any(first != dense for first in heavy)  # version 1 gave every method dense's first token
+    for p in PROTOCOLS:
+        method = Recording()
+        bare = generate_for_task(net, prompt[0], None, method, sparsity=0.5, protocol=p, max_new_tokens=2)
+        assert bare.compressed_tokens == TC - 1 and method.calls[0]["slots"] == TC - 1
+        assert bare.cache_length_final == math.ceil(0.5 * (TC - 1)) + 1 + 1  # kept + the held-back token + 1
+    with pytest.raises(ConfigError, match="nothing to compress"):
+        generate_for_task(net, prompt[0][:, :1], None, "h2o", sparsity=0.5)
 
 
 # ---- protocols -------------------------------------------------------------------------------
@@ -138,11 +156,13 @@ def test_query_agnostic_compresses_the_context_before_the_question(net, prompt):
     # the keys of the context only, and only the context's queries observed
     assert first == {"slots": TC, "max_position": TC - 1, "queries": TC}
     assert res.compressed_tokens == TC and res.kept_tokens == math.ceil(0.5 * TC)
-    # the question is appended to the compressed context, not compressed: kept + question + fed tokens
-    assert res.cache_length_final == math.ceil(0.5 * TC) + TQ + 2
+    # the question and the cue are appended to the compressed context, never compressed: kept + fed + decoded
+    assert res.cache_length_final == math.ceil(0.5 * TC) + TQ + TCUE + 2
     first, res = seen["query_aware"]
+    # the question inside the compressed span, the cue after it: never a candidate for eviction
     assert first == {"slots": TC + TQ, "max_position": TC + TQ - 1, "queries": TC + TQ}
     assert res.compressed_tokens == TC + TQ and res.kept_tokens == math.ceil(0.5 * (TC + TQ))
+    assert res.cache_length_final == math.ceil(0.5 * (TC + TQ)) + TCUE + 2
     assert seen["query_agnostic"][1].kept_tokens != seen["query_aware"][1].kept_tokens
 
 
@@ -150,10 +170,10 @@ def test_query_agnostic_later_compressions_see_the_question(net, prompt):
     method = Recording()
     res = run(net, prompt, method, sparsity=0.5, protocol="query_agnostic", interval=2, max_new_tokens=5)
     kept = math.ceil(0.5 * TC)
-    # first: the context; at step 2: the kept context + the question + 2 fed tokens, budget over all seen
-    assert [c["slots"] for c in method.calls] == [TC, kept + TQ + 2]
-    assert method.calls[1]["max_position"] == TC + TQ + 1
-    assert res.compressions == 2 and res.cache_length_final == math.ceil(0.5 * (TC + TQ + 2)) + 2
+    # first: the context; at step 2: the kept context + question + cue + 2 decoded tokens, budget over all seen
+    assert [c["slots"] for c in method.calls] == [TC, kept + TQ + TCUE + 2]
+    assert method.calls[1]["max_position"] == TC + TQ + TCUE + 1
+    assert res.compressions == 2 and res.cache_length_final == math.ceil(0.5 * (TC + TQ + TCUE + 2)) + 2
 
 
 def test_budget_tokens_is_a_fixed_count_over_the_compressed_span(net, prompt):
@@ -217,10 +237,10 @@ def test_bad_arguments_raise_one_line_config_errors(net, prompt):
 
     with pytest.raises(ConfigError) as err:
         run(net, prompt, "h2o", budget_tokens=TC + 1, protocol="query_agnostic")
-    assert "larger than the context" in _one_line(err)
+    assert "larger than the compressed span" in _one_line(err)
     with pytest.raises(ConfigError) as err:
         run(net, prompt, "h2o", budget_tokens=TC + TQ + 1)
-    assert "larger than the context" in _one_line(err)
+    assert "larger than the compressed span" in _one_line(err)
     with pytest.raises(ConfigError) as err:
         run(net, prompt, "h2o", sparsity=1.0)
     assert "[0, 1)" in _one_line(err)

@@ -124,18 +124,16 @@ def prompt_count(task: str, tokenizer) -> Measure:
     task's new-token limit. A set counted so is read whole under --max_context N: the run's middle cut would
     otherwise take the needle at depth 50 first."""
     from lightning_bench.data.tasks.registry import get_task
+    from lightning_bench.data.tasks.requests import build_request, render_generation
 
-    definition = get_task(f"infinitebench/{task}")
+    name = f"infinitebench/{task}"
     tok = getattr(tokenizer, "tok", None)
-    chat = getattr(tok, "chat_template", None) is not None
+    chat = tok if getattr(tok, "chat_template", None) is not None else None
 
     def count(context: str, question: str) -> int:
-        text, _ = definition.template({"context": context, "input": question, "answers": [""]})
-        if chat:
-            text = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                           add_generation_prompt=True)
-        text = definition.generation.start_answer(text, chat)
-        return len(tokenizer.encode(text)) + definition.generation.max_new_tokens
+        text, _ = render_generation(build_request(name, {"context": context, "input": question, "answers": [""]}),
+                                    chat)
+        return len(tokenizer.encode(text)) + get_task(name).generation.max_new_tokens
 
     return count
 

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from lightning_bench.errors import DivergedError
 from lightning_bench.evaluation.windows import IGNORE_INDEX
+from lightning_bench.models.hf import end_of_turn_ids
 from lightning_bench.sparsity.sampling import Decoding, draw_generator
 
 
@@ -78,23 +79,27 @@ def _check_finite(scored: torch.Tensor, module) -> None:
 def generate(module, batch: dict, tokenizer=None, stop_ids: frozenset = frozenset(), max_new_tokens: int = 32,
              no_answer_tokens: Optional[list[int]] = None, stop_strings: tuple[str, ...] = (), samples: int = 1,
              temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, logits: Callable = module_logits,
-             kv=None) -> dict:
+             kv=None, cue_tokens: int = 0) -> dict:
     """Decoding of one prompt: greedy, or `samples` draws at `temperature` / `top_p`, each from its own
     generator (sampling.draw_generator(seed, request id, draw)). Stops at a token in `stop_ids` (EOS, tokens
     holding a one-character stop) or once the new text holds one of `stop_strings` (multi-character stops
     such as HumanEval's "\ndef").
 
-    Under a KV method (`kv`) the prompt is prefilled once on the KV engine and the draws continue it as
-    the rows of one batch (task_decode, query-aware, compressed once after the prefill). Otherwise HF models use their own KV
+    Under a KV method (`kv`) the prompt's span is prefilled once on the KV engine and the draws continue it
+    as the rows of one batch (task_decode, query-aware, compressed once after the prefill; the last
+    `cue_tokens`, what follows the user's text, fed on the compressed cache). A generation also stops at
+    the model's own end ids (generation_config: a chat model's end of turn). Otherwise HF models use their own KV
     cache through `generate` (greedy-equivalent, tests/test_prompted.py) and other families re-read the
     whole sequence through `lm_forward` at every step (they have no KV-cache API)."""
     ids = batch["input_ids"]
     if ids.shape[0] != 1:
         raise ValueError("generation batches hold one prompt")
     rid = int(batch["request_id"][0])
+    stop_ids = frozenset(stop_ids) | end_of_turn_ids(getattr(module, "net", None))
     decodings = [Decoding(max_new_tokens, temperature, top_p, draw_generator(seed, rid, draw, temperature),
                           stop_ids, stop_strings, tokenizer) for draw in range(samples)]
-    draws = _kv_draws(module, ids, kv, decodings) if kv is not None else [_decode(module, ids, d) for d in decodings]
+    draws = _kv_draws(module, ids, kv, decodings, cue_tokens) if kv is not None else \
+        [_decode(module, ids, d) for d in decodings]
     texts = [_answer_text(tokenizer, new, stop_ids) for new in draws]
     na_prob = None
     if no_answer_tokens:  # P(the whole no-answer string | prompt): one teacher-forced forward
@@ -114,12 +119,14 @@ def _answer_text(tokenizer, new: list[int], stop_ids) -> str:
     return tokenizer.decode(new[:-1] if new and new[-1] in stop_ids else new) if tokenizer is not None else ""
 
 
-def _kv_draws(module, ids: torch.Tensor, kv, decodings: list[Decoding]) -> list[list[int]]:
+def _kv_draws(module, ids: torch.Tensor, kv, decodings: list[Decoding], cue_tokens: int) -> list[list[int]]:
     """The draws on the KV engine, the settings of the downstream command's query-aware cell (interval 0):
-    one prefill, the draws continuing it as the rows of one batch."""
+    one prefill of the user's text, the cue fed after compression, the draws continuing it as the rows of
+    one batch."""
     from lightning_bench.sparsity.task_decode import Row, continue_rows, prefill_prompt
 
-    prompt = prefill_prompt(module.net, ids, None, "query_aware", [kv.method])
+    cut = ids.shape[1] - cue_tokens
+    prompt = prefill_prompt(module.net, ids[:, :cut], None, "query_aware", [kv.method], cue_ids=ids[:, cut:])
     records = continue_rows(prompt, [Row(kv.plan, decoding.check()) for decoding in decodings], rerotate=kv.rerotate)
     for record in records:  # the run's sparsity figures count the answers too
         kv.add_generation(record, prompt.engine.slot_bytes)

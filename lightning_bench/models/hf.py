@@ -143,6 +143,13 @@ class HFLanguageModel(LanguageModule):
         return mamba_quantizable_layers(self.net) if self.net is not None else super().quantizable_layers()
 
 
+def end_of_turn_ids(net) -> frozenset:
+    """The ids the model's generation_config ends a generation at (one id or a list: Llama 3's <|eot_id|>
+    beside <|end_of_text|>), as transformers' generate and kvpress's pipeline stop; empty without one."""
+    eos = getattr(getattr(net, "generation_config", None), "eos_token_id", None)
+    return frozenset([eos] if isinstance(eos, int) else eos or [])
+
+
 def check_vocabulary(net: nn.Module, vocab_size: Optional[int]) -> None:
     if vocab_size is not None:
         vocabulary_mismatch(vocab_size, net.get_input_embeddings().num_embeddings)

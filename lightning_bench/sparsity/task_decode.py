@@ -1,14 +1,18 @@
 """A generative task's prompt on the KV engine: `generate_for_task` (one example, batch 1).
 
-The prompt is a context (the document) and a question, always fed as context + question; only when the
-first compression happens differs (the engine, the methods and the decoding are those of every schedule):
+A prompt is a context (the document), a question, and a cue: what follows the user's text (the chat
+template's closing turn and assistant header, then the answer prefix). The protocols are kvpress's
+(its pipeline and evaluation's query_aware): a span is prefilled and compressed, the rest is fed on the
+compressed cache, and every answer token comes from the compressed cache; the cue is never evicted.
 
-query_aware     prefill context + question; the first new token comes from the prefill's last logits;
-                compress over all Tc + Tq tokens; decode.
-query_agnostic  prefill the context only and compress it (the method and its statistics never see the
-                question); feed the question on the compressed cache; decode. This is what a cache built
-                once per document and reused for many questions holds.
-Without a question both are the same run ("question_tokens": 0).
+query_aware     compress context + question; feed the cue; decode.
+query_agnostic  compress the context only (the method and its statistics never see the question); feed
+                question + cue; decode. This is what a cache built once per document and reused for many
+                questions holds.
+A prompt with nothing after its span (no cue and, for query_agnostic, no question) holds its last token
+back as the fed part, so no answer token is ever read from the dense prefill's logits. PROTOCOL_VERSION 2
+names this rule in the records (version 1 took the first answer token from the dense prefill and let the
+method evict the cue).
 
 The prefill does not depend on the method, only the statistics recorded during it do: `prefill_prompt`
 records those of every method given (one recorder per distinct `Needs`, each exactly what it computes
@@ -39,6 +43,7 @@ from lightning_bench.sparsity.methods import Method, make_method
 from lightning_bench.sparsity.sampling import Decoding
 
 PROTOCOLS = ("query_aware", "query_agnostic")
+PROTOCOL_VERSION = 2  # the cue is fed after compression, every answer token from the compressed cache
 
 
 def _as_row(ids, name: str, allow_empty: bool) -> torch.Tensor:
@@ -56,32 +61,34 @@ def _as_row(ids, name: str, allow_empty: bool) -> torch.Tensor:
     return ids.long()
 
 
-def _check_fixed_budget(plan: Budget, Tc: int, Tq: int, protocol: str) -> int:
-    """The tokens the first compression applies to; a fixed budget larger than them is a one-line error."""
-    agnostic = protocol == "query_agnostic" and Tq > 0
-    compressed = Tc if agnostic else Tc + Tq
-    plan.fits(compressed, f"{'the context' if agnostic else 'the context + question'} ({compressed} tokens, "
-                          f"protocol {protocol})")
-    return compressed
+def span_length(Tc: int, Tq: int, Tcue: int, protocol: str) -> int:
+    """The tokens a prompt's first compression applies to (its prefilled span, module docstring)."""
+    span = Tc if protocol == "query_agnostic" else Tc + Tq
+    fed = Tc + Tq + Tcue - span
+    return span if fed else span - 1
+
+
+def _check_fixed_budget(plan: Budget, prompt: "PrefilledPrompt") -> None:
+    """A fixed budget larger than the span the first compression applies to: a one-line error."""
+    plan.fits(prompt.span_tokens, f"the compressed span ({prompt.span_tokens} tokens, protocol {prompt.protocol})")
 
 
 @dataclass
 class PrefilledPrompt:
-    """One prompt prefilled under a protocol, to be continued by any method (`continue_prompt`).
+    """One prompt prefilled under a protocol, to be continued by any method (`continue_rows`).
 
-    engine / logits: the engine over the dense cache after the first forward (context + question for
-    query_aware, the context for query_agnostic) and its last position's logits. recorders: {Needs:
-    AttentionRecorder} of the methods it was prefilled for. question_ids: what query_agnostic feeds after
-    compressing. seconds: the prefill's wall time. kv_prefill: the bytes of its dense cache."""
+    engine: over the dense cache of the span (module docstring). recorders: {Needs: AttentionRecorder} of
+    the methods it was prefilled for. fed_ids: what is fed after compressing (never empty). seconds: the
+    prefill's wall time. kv_prefill: the bytes of its dense cache."""
 
     engine: KVEngine
-    logits: torch.Tensor
     recorders: dict
-    question_ids: torch.Tensor
+    fed_ids: torch.Tensor
     context_tokens: int
     question_tokens: int
+    cue_tokens: int
+    span_tokens: int
     protocol: str
-    agnostic: bool
     kv_prefill: int
     seconds: float
 
@@ -92,27 +99,30 @@ class PrefilledPrompt:
 
 @torch.no_grad()
 def prefill_prompt(net, context_ids: torch.Tensor, question_ids: Optional[torch.Tensor] = None,
-                   protocol: str = "query_aware", methods=("dense",), method_params: Optional[dict] = None
-                   ) -> PrefilledPrompt:
-    """Prefill one prompt (context + question) for `protocol`, recording the attention statistics every
-    method of `methods` (names or Method instances; method_params: {name: parameters}) reads."""
+                   protocol: str = "query_aware", methods=("dense",), method_params: Optional[dict] = None,
+                   cue_ids: Optional[torch.Tensor] = None) -> PrefilledPrompt:
+    """Prefill the span of one prompt (context, question, cue) for `protocol`, recording the attention
+    statistics every method of `methods` (names or Method instances; method_params: {name: parameters})
+    reads."""
     engine = KVEngine(net)
     if protocol not in PROTOCOLS:
         raise ConfigError(f"unknown KV-cache protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
-    context_ids = _as_row(context_ids, "context_ids", allow_empty=False)
-    question_ids = _as_row(question_ids, "question_ids", allow_empty=True)
+    parts = [_as_row(context_ids, "context_ids", allow_empty=False), _as_row(question_ids, "question_ids", True),
+             _as_row(cue_ids, "cue_ids", True)]
+    whole = torch.cat(parts, dim=1).to(engine.device)
+    Tc, Tq, Tcue = (part.shape[1] for part in parts)
+    span = span_length(Tc, Tq, Tcue, protocol)
+    if span < 1:
+        raise ConfigError("the prompt has one token: nothing to compress before the answer; give a longer context")
     made = [make_method(m, **(method_params or {}).get(getattr(m, "name", m), {})) for m in methods]
     recorders = {m.needs: AttentionRecorder(m.needs) for m in made if m.needs}
-    Tc, Tq = context_ids.shape[1], question_ids.shape[1]
-    agnostic = protocol == "query_agnostic" and Tq > 0
-    context_ids, question_ids = context_ids.to(engine.device), question_ids.to(engine.device)
     engine.recorder = None if not recorders else next(iter(recorders.values())) if len(recorders) == 1 \
         else RecorderFanOut(recorders.values())
     with engine.evaluating():
         start = engine.clock()
-        logits = engine.prefill(context_ids if agnostic else torch.cat([context_ids, question_ids], dim=1))
+        engine.prefill(whole[:, :span])
         seconds = engine.clock() - start
-    return PrefilledPrompt(engine, logits, recorders, question_ids, Tc, Tq, protocol, agnostic,
+    return PrefilledPrompt(engine, recorders, whole[:, span:], Tc, Tq, Tcue, span, protocol,
                            engine.state.kv_bytes(), seconds)
 
 
@@ -146,19 +156,19 @@ def continue_rows(prompt: PrefilledPrompt, rows: list[Row], max_rows: int = 16, 
                   rerotate: bool = False) -> list[KVRecord]:
     """Several methods, budgets or draws continuing one prefilled prompt as the rows of a batch, `max_rows`
     at a time (what bounds memory), rows of similar cache lengths together: each row's cache compressed by its own method from the shared prefill
-    (which is neither copied nor changed), the question fed (query_agnostic), the answers decoded together,
+    (which is neither copied nor changed), what follows the span fed, the answers decoded together,
     a finished row leaving the batch. With `interval` > 0 every row is re-compressed by its method every
     `interval` steps, reading its running attention statistics: then a batch holds the rows whose methods
     read the same statistics (one recorder per batch). Greedy tokens, stops and records are those of each
     row decoded alone (tests/test_batched_continuation.py); sampled rows draw from their own generators.
 
     Timings: a row's prefill_seconds is the shared prefill plus its own compression (and its share of the
-    question's forward); each batched step's wall time is shared equally by the rows it decoded, so the
+    fed part's forward); each batched step's wall time is shared equally by the rows it decoded, so the
     rows' decode_seconds add up to the batch's. The meter counts a row's own slots (fillers left out)."""
     positive_int("max_rows", max_rows)
     positive_int("interval", interval, minimum=0)
     for row in rows:
-        _check_fixed_budget(row.plan, prompt.context_tokens, prompt.question_tokens, prompt.protocol)
+        _check_fixed_budget(row.plan, prompt)
         needs = row.plan.method.needs
         if needs and needs not in prompt.recorders:
             raise ConfigError(f"the prompt was prefilled without the attention statistics {row.plan.method.name!r} "
@@ -204,11 +214,11 @@ def _decode_rows(prompt: PrefilledPrompt, rows: list[Row], interval: int, rerota
             if not interval:
                 engine.recorder = None  # no later compression reads the statistics: stop computing them
             record.figures.update(kept_tokens=int(engine.state.n_valid.sum()), context_tokens=prompt.context_tokens,
-                                  question_tokens=prompt.question_tokens, kv_bytes_prefill=prompt.kv_prefill,
-                                  compressed_tokens=_check_fixed_budget(row.plan, prompt.context_tokens,
-                                                                        prompt.question_tokens, prompt.protocol))
-            record.method = {**row.plan.describe(), "protocol": prompt.protocol, "interval": interval,
-                             "question_tokens": prompt.question_tokens, **({"rerotate": True} if rerotate else {})}
+                                  question_tokens=prompt.question_tokens, cue_tokens=prompt.cue_tokens,
+                                  kv_bytes_prefill=prompt.kv_prefill, compressed_tokens=prompt.span_tokens)
+            record.method = {**row.plan.describe(), "protocol": prompt.protocol, "protocol_version": PROTOCOL_VERSION,
+                             "interval": interval, "question_tokens": prompt.question_tokens,
+                             **({"rerotate": True} if rerotate else {})}
         batch, active = KVEngine.stack(engines), list(range(len(rows)))
         del engines
 
@@ -219,11 +229,10 @@ def _decode_rows(prompt: PrefilledPrompt, rows: list[Row], interval: int, rerota
                 records[r].dense_kv_bytes.append(slot * dense)
 
         meter(fed)
-        logits, start = prompt.logits.expand(len(rows), -1), batch.clock()
-        if prompt.agnostic:  # the question on each row's compressed cache, one forward for the batch
-            logits = batch.feed(prompt.question_ids.expand(len(rows), -1), logits_to_keep=1)[:, -1]
-            fed += prompt.question_tokens
-            meter(fed)
+        start = batch.clock()  # what follows the span, on each row's compressed cache: one forward for the batch
+        logits = batch.feed(prompt.fed_ids.expand(len(rows), -1), logits_to_keep=1)[:, -1]
+        fed += prompt.fed_ids.shape[1]
+        meter(fed)
         for r in active:
             records[r].prefill_seconds = prompt.seconds + seconds[r] + (batch.clock() - start) / len(rows)
         tokens = [[row.decoding.pick(logits[r])] for r, row in enumerate(rows)]
@@ -251,18 +260,18 @@ def _decode_rows(prompt: PrefilledPrompt, rows: list[Row], interval: int, rerota
                 records[r].decode_seconds += share
     for r, record in enumerate(records):
         record.tokens, record.stopped = tokens[r], stopped[r]
-        record.forwards += int(prompt.agnostic) + len(tokens[r]) - 1
+        record.forwards += len(tokens[r])  # the fed part's, then one per decoded token after the first
     return records
 
 
 def generate_for_task(net, context_ids: torch.Tensor, question_ids: Optional[torch.Tensor] = None,
                       method: Union[str, Method] = "dense", *, protocol: str = "query_aware", interval: int = 0,
-                      rerotate: bool = False, **row) -> KVRecord:
+                      rerotate: bool = False, cue_ids: Optional[torch.Tensor] = None, **row) -> KVRecord:
     """Generate the answer to one prompt (context + question) with `method` compressing the KV cache.
 
     Args:
         net: as KVEngine's. context_ids: (1, Tc) the context (document) tokens; question_ids: (1, Tq), or
-            None / empty.
+            None / empty; cue_ids: (1, Tcue) what follows the user's text (template turn, answer prefix), or None.
         protocol: "query_aware" or "query_agnostic" (module docstring).
         interval: re-compress every `interval` decoding steps (0: only the first compression).
         rerotate: kept keys re-rotated to contiguous positions.
@@ -274,7 +283,8 @@ def generate_for_task(net, context_ids: torch.Tensor, question_ids: Optional[tor
     """
     one = continuation(method, **row)  # every argument is checked before the (possibly long) prefill
     positive_int("interval", interval, minimum=0)
-    _check_fixed_budget(one.plan, _as_row(context_ids, "context_ids", allow_empty=False).shape[1],
-                        _as_row(question_ids, "question_ids", allow_empty=True).shape[1], protocol)
-    prompt = prefill_prompt(net, context_ids, question_ids, protocol, [one.plan.method])
+    Tc, Tq, Tcue = (_as_row(ids, name, name != "context_ids").shape[1] for ids, name in
+                    ((context_ids, "context_ids"), (question_ids, "question_ids"), (cue_ids, "cue_ids")))
+    one.plan.fits(span_length(Tc, Tq, Tcue, protocol), f"the compressed span (protocol {protocol})")
+    prompt = prefill_prompt(net, context_ids, question_ids, protocol, [one.plan.method], cue_ids=cue_ids)
     return continue_rows(prompt, [one], interval=interval, rerotate=rerotate)[0]

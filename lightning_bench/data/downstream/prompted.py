@@ -19,7 +19,7 @@ from lightning_bench.data.tasks import GenerationSettings, get_task
 from lightning_bench.data.tasks.finetune import passage
 from lightning_bench.data.tasks.rows import length_splits
 from lightning_bench.errors import ConfigError, MissingData
-from lightning_bench.data.tasks.requests import Generation, MultipleChoice, build_request
+from lightning_bench.data.tasks.requests import Generation, MultipleChoice, build_request, render_generation
 
 
 @dataclass
@@ -171,15 +171,10 @@ class PromptedDataModule(TaskDataModule):
                               "chat template; use auto or off")
         return has
 
-    def render(self, task: str, context: str) -> str:
-        """The prompt as the model reads it: `context`, or the chat template's rendering of it as one user
-        turn followed by the assistant's turn (the tokenizer's own template, system prompt included); then
-        the task's answer prefix, which the completion continues."""
-        settings = get_task(task).generation or GenerationSettings()
-        if not self.uses_chat_template(task):
-            return settings.start_answer(context, chat=False)
-        return settings.start_answer(self.tokenizer.tok.apply_chat_template(
-            [{"role": "user", "content": context}], tokenize=False, add_generation_prompt=True), chat=True)
+    def render(self, task: str, request: Generation) -> tuple[str, int]:
+        """(prompt, where its cue starts): the request as the model reads it, in the chat template when the
+        task uses it (requests.render_generation)."""
+        return render_generation(request, self.tokenizer.tok if self.uses_chat_template(task) else None)
 
     def _fewshot_pool(self, task: str) -> list[dict]:
         split = get_task(task).splits.fewshot
@@ -220,7 +215,7 @@ class PromptedDataModule(TaskDataModule):
             if isinstance(r, Generation):
                 label = f"{req.task} sample {req.row.get('id', rid)!r}"
                 settings = get_task(req.task).generation
-                enc = [encoding.encode_generation(tok, rid, self.render(req.task, r.context), self.seq_len,
+                enc = [encoding.encode_generation(tok, rid, *self.render(req.task, r), self.seq_len,
                                                   self.max_new_tokens(req.task, req.row), r.document, label,
                                                   cut_left=not settings.chat)]
                 self._no_answer[rid] = (encoding.split_continuation(tok, r.context, " " + r.no_answer)[1]
@@ -247,7 +242,7 @@ class PromptedDataModule(TaskDataModule):
         for e in (e for e in self._encoded if e.kind == "generate"):
             batch = encoding.collate([e], pad)
             req = self.requests[e.request_id]
-            batch.update(max_new_tokens=self.max_new_tokens(req.task, req.row), stop=req.request.stop,
+            batch.update(max_new_tokens=self.max_new_tokens(req.task, req.row), stop=req.request.stop, cue_tokens=e.cue,
                          no_answer_tokens=self._no_answer[e.request_id], sampling=self.sampling(req.task))
             batches.append(batch)
         return batches
@@ -258,7 +253,7 @@ class PromptedDataModule(TaskDataModule):
         return {"tokenizer": self.tokenizer, "stop_ids": self.stop_ids.get(stop, frozenset()),
                 "stop_strings": tuple(s for s in stop if len(s) > 1),
                 "max_new_tokens": batch["max_new_tokens"], "no_answer_tokens": batch["no_answer_tokens"],
-                **batch["sampling"]}
+                "cue_tokens": batch["cue_tokens"], **batch["sampling"]}
 
     def test_dataloader(self):
         return DataLoader(_Batches(self._batches()), batch_size=None)

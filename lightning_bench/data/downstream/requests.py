@@ -34,6 +34,7 @@ class EncodedRequest:
     choice_index: int = 0  # loglikelihood: which choice this row scores
     choice_tokens: list[int] = field(default_factory=list)  # next_token: one token per choice
     truncated: int = 0  # tokens cut from the left to fit max_length
+    cue: int = 0  # generate: the last tokens that follow the user's text (template turn, answer prefix)
 
 
 def split_continuation(tokenizer, context: str, continuation: str) -> tuple[list[int], list[int]]:
@@ -71,34 +72,45 @@ def encode_multiple_choice(tokenizer, request_id: int, context: str, choices, ma
     return rows
 
 
-def encode_generation(tokenizer, request_id: int, context: str, max_length: int, max_new_tokens: int,
-                      document: Optional[str] = None, label: str = "", cut_left: bool = True) -> EncodedRequest:
+def encode_generation(tokenizer, request_id: int, context: str, cue_start: int, max_length: int,
+                      max_new_tokens: int, document: Optional[str] = None, label: str = "",
+                      cut_left: bool = True) -> EncodedRequest:
     """The prompt's tokens, fitted into max_length - max_new_tokens: a `document` (a part of `context`)
-    loses tokens from its middle (`cut_document_middle`); another prompt loses tokens from the left
-    (k-shot contexts, code before the line to complete) or, with cut_left=False (an instruction and a
-    question), is an error."""
+    loses tokens from its middle (`fit_document`); another prompt loses tokens from the left (k-shot
+    contexts, code before the line to complete) or, with cut_left=False (an instruction and a question),
+    is an error. `cue_start`: where the text after the user's begins (its tokens are the request's `cue`)."""
     room = max_length - max_new_tokens
     if room < 8:
         raise ConfigError(f"--data.max_length {max_length} leaves no room for a prompt after --data.max_new_tokens "
                           f"{max_new_tokens}; raise max_length or lower max_new_tokens")
-    tokens = tokenizer.encode(context)
+    tokens, cue = tokenizer.encode(context), encode_parts(tokenizer, context, [cue_start])[1]
     if len(tokens) <= room:
-        return EncodedRequest("generate", request_id, tokens)
+        return EncodedRequest("generate", request_id, tokens, cue=len(cue))
     if document is None:
         if not cut_left:
             raise ConfigError(f"{label or 'a prompt'}: {len(tokens)} tokens do not fit --data.max_length minus "
                               f"--data.max_new_tokens ({room}) and it has no document to shorten; raise max_length")
         cut = len(tokens) - room
-        return EncodedRequest("generate", request_id, tokens[cut:], truncated=cut)
-    tokens, cut = cut_document_middle(tokenizer, context, document, room, label)
-    return EncodedRequest("generate", request_id, tokens, truncated=cut)
+        return EncodedRequest("generate", request_id, tokens[cut:], truncated=cut, cue=len(cue))
+    short, _, cut = fit_document(tokenizer, context, document, room, label)
+    cue = encode_parts(tokenizer, short, [len(short) - (len(context) - cue_start)])[1]
+    return EncodedRequest("generate", request_id, tokenizer.encode(short), truncated=cut, cue=len(cue))
 
 
-def cut_document_middle(tokenizer, context: str, document: str, room: int, label: str = "") -> tuple[list[int], int]:
-    """(tokens of `context` with the middle of `document` removed so that it fits `room` tokens, document
-    tokens removed); see `fit_document`."""
-    short_context, _, cut = fit_document(tokenizer, context, document, room, label)
-    return tokenizer.encode(short_context), cut
+def encode_parts(tokenizer, text: str, cuts: list[int]) -> list[list[int]]:
+    """`text` encoded whole (as `tokenizer.encode`), split between tokens at the character offsets `cuts`
+    (ascending; a token straddling one goes after it), so every protocol and `lightning_bench test` feed the
+    same tokens; a tokenizer without offsets (word-level) encodes the pieces on their own."""
+    bounds = [0, *cuts, len(text)]
+    tok = getattr(tokenizer, "tok", None)
+    if not getattr(tok, "is_fast", False):
+        return [tokenizer.encode(text[a:b]) for a, b in zip(bounds, bounds[1:])]
+    enc = tok(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+    ids = list(enc["input_ids"])
+    if ids != tokenizer.encode(text):  # the same call `encode` makes; anything else would be a bug
+        raise RuntimeError("offsets encoding differs from the tokenizer's encode")
+    ks = [0, *(sum(1 for _, stop in enc["offset_mapping"] if stop <= c) for c in cuts), len(ids)]
+    return [ids[a:b] for a, b in zip(ks, ks[1:])]
 
 
 def fit_document(tokenizer, context: str, document: str, room: int, label: str = "") -> tuple[str, str, int]:
@@ -125,36 +137,28 @@ def fit_document(tokenizer, context: str, document: str, room: int, label: str =
         keep -= len(tokenizer.encode(head + short + tail)) - room  # re-encoding across the joint can add a token or two
 
 
-def split_prompt(tokenizer, prompt: str, document: Optional[str], room: int, label: str = "") -> tuple[list[int], list[int], int]:
-    """(context tokens, question tokens, document tokens removed) of a rendered generation prompt, for the
-    compression protocols that need the split: the context runs to the end of the (middle-cut) document,
-    the question is the rest (question, answer cue, the chat template's assistant turn); without a
-    document the whole prompt is context. The prompt is encoded whole, exactly as `encode_generation`
-    encodes it, and split between tokens at the document's end (a token straddling it goes with the
-    question), so every protocol and `lightning_bench test` feed the same tokens. Over `room`, the
-    document loses its middle (never the question)."""
+def split_prompt(tokenizer, prompt: str, cue_start: int, document: Optional[str], room: int,
+                 label: str = "") -> tuple[list[int], list[int], list[int], int]:
+    """(context, question, cue tokens, document tokens removed) of a rendered generation prompt, for the
+    compression protocols (sparsity/task_decode.py): the context runs to the end of the (middle-cut)
+    document, the question to the end of the user's text (`cue_start`), the cue is the rest (the chat
+    template's closing turn and assistant header, the answer prefix); without a document the user's whole
+    text is context. The prompt is encoded whole, exactly as `encode_generation` encodes it, and split
+    between tokens (`encode_parts`), so every protocol and `lightning_bench test` feed the same tokens.
+    Over `room`, the document loses its middle (never the question or the cue)."""
     if document is None:
-        tokens = tokenizer.encode(prompt)
-        if len(tokens) > room:
-            raise ConfigError(f"{label or 'a prompt'}: {len(tokens)} tokens do not fit --max_length minus "
-                              f"--max_new_tokens ({room}) and it has no document to shorten; raise max_length")
-        return tokens, [], 0
+        context, cue = encode_parts(tokenizer, prompt, [cue_start])
+        if len(context) + len(cue) > room:
+            raise ConfigError(f"{label or 'a prompt'}: {len(context) + len(cue)} tokens do not fit --max_length "
+                              f"minus --max_new_tokens ({room}) and it has no document to shorten; raise max_length")
+        return context, [], cue, 0
     short_prompt, short_doc, cut = fit_document(tokenizer, prompt, document, room, label)
     end = short_prompt.rindex(short_doc) + len(short_doc)
-    tok = getattr(tokenizer, "tok", None)
-    if getattr(tok, "is_fast", False):
-        enc = tok(short_prompt, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
-        ids = list(enc["input_ids"])
-        if ids != tokenizer.encode(short_prompt):  # the same call `encode` makes; anything else would be a bug
-            raise RuntimeError(f"{label}: offsets encoding differs from the tokenizer's encode")
-        k = sum(1 for _, stop in enc["offset_mapping"] if stop <= end)
-        return ids[:k], ids[k:], cut
-    # a tokenizer without offsets (word-level): the two parts encoded on their own
-    context, question = tokenizer.encode(short_prompt[:end]), tokenizer.encode(short_prompt[end:])
-    if len(context) + len(question) > room:
-        raise ConfigError(f"{label or 'a prompt'}: split into context and question it needs "
-                          f"{len(context) + len(question)} tokens, more than {room}; raise max_length")
-    return context, question, cut
+    parts = encode_parts(tokenizer, short_prompt, [end, len(short_prompt) - (len(prompt) - cue_start)])
+    if sum(map(len, parts)) > room:  # a tokenizer without offsets encodes the parts on their own
+        raise ConfigError(f"{label or 'a prompt'}: split into context, question and cue it needs "
+                          f"{sum(map(len, parts))} tokens, more than {room}; raise max_length")
+    return (*parts, cut)
 
 
 def collate(rows: list[EncodedRequest], pad_id: int) -> dict:

@@ -95,14 +95,17 @@ class GenerationSettings:
     # completion continues them; not part of the prediction. InfiniteBench's templates for open models end
     # their passkey prompt with "The pass key is" and size the 6-token limit for the digits alone.
     answer_prefix: str = ""
+    # the row field holding each row's own answer prefix (kvpress's unified rows, RULER): written as it is
+    # after the question in a plain prompt (RULER's input is context + question + answer_prefix), after the
+    # assistant header in a chat
+    answer_prefix_field: Optional[str] = None
 
-    def start_answer(self, prompt: str, chat: bool) -> str:
-        """`prompt` (already in the chat template when `chat`) followed by the answer prefix: at the start
-        of the assistant's turn in a chat, after a blank line in a plain prompt (as the benchmark's
-        yarn-mistral template writes "{input}\n\nThe pass key is")."""
-        if not self.answer_prefix:
-            return prompt
-        return prompt + ("" if chat else "\n\n") + self.answer_prefix
+    def answer_start(self, row: dict) -> tuple[str, str]:
+        """(answer prefix, what joins it to a plain prompt): the task's own after a blank line (as the
+        benchmark's yarn-mistral template writes "{input}\n\nThe pass key is"), or the row's as written."""
+        if self.answer_prefix_field:
+            return row.get(self.answer_prefix_field) or "", ""
+        return self.answer_prefix, "\n\n"
 
 
 # a template maps a row to (context, choices, gold) for multiple_choice, (context, answers) for generate_until

@@ -36,6 +36,24 @@ class Generation:
     stop: tuple[str, ...] = ("\n",)
     no_answer: Optional[str] = None  # what the model says for "no answer" (SQuAD v2)
     document: Optional[str] = None
+    answer_prefix: str = ""  # the answer's first words: after the assistant header in a chat, else after `joiner`
+    joiner: str = ""
+
+
+def render_generation(request: Generation, chat_tokenizer=None) -> tuple[str, int]:
+    """(prompt, where its cue starts) as the model reads it: the user's text (`request.context`), in
+    `chat_tokenizer`'s chat template as one user turn followed by the assistant's header when given (a
+    transformers tokenizer, its system prompt included), then the answer prefix. The cue (closing turn,
+    header, prefix) is what the compression protocols feed after compressing (sparsity/task_decode.py)."""
+    if chat_tokenizer is None:
+        prefix = request.joiner + request.answer_prefix if request.answer_prefix else ""
+        return request.context + prefix, len(request.context)
+    # kvpress's split: the user's text and a separator no text can hold, rendered, then cut at the separator
+    separator = "\n" + "#" * (len(request.context) + 10)
+    rendered = chat_tokenizer.apply_chat_template([{"role": "user", "content": request.context + separator}],
+                                                  tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    head, closing = rendered.split(separator)
+    return head + closing + request.answer_prefix, len(head)
 
 
 def prompt_version(task: str) -> str:
@@ -55,7 +73,8 @@ def build_request(task: str, row: dict, shots: Sequence[dict] = ()) -> Union[Mul
                     else row.get(settings.document) if settings.document else None)
         if document is not None and document not in context:
             raise AssertionError(f"{task}: the template does not show row[{settings.document!r}] verbatim")
-        return Generation(head + shown + context, tuple(answers), settings.stop, settings.no_answer, document or None)
+        return Generation(head + shown + context, tuple(answers), settings.stop, settings.no_answer, document or None,
+                          *settings.answer_start(row))
     if definition.output_type != "multiple_choice":
         raise ConfigError(f"{task}: {definition.output_type} requests are not scored yet")
     context, choices, gold = definition.template(row)

@@ -49,10 +49,13 @@ def _protocol(config: dict, prompts: TaskPrompts, method: str, method_params: di
     """What must be equal for a cell file to be reused. The task's prompt version is named once its template
     has changed (`<task>@2` on), so cells written under version 1 keep the fingerprint they were made with and
     a changed template never reuses them."""
+    from lightning_bench.sparsity.task_decode import PROTOCOL_VERSION
+
     out = {"model": config["model"], "data": prompts.source, "max_length": config["max_length"],
            "max_new_tokens": prompts.max_new_tokens, "sampling": {k: v for k, v in prompts.sampling.items() if k != "seed"},
            "chat_template": prompts.chat_template, "examples": len(prompts.samples),
-           "interval": config["interval"], "method_params": method_params, "device": config["device_type"]}
+           "interval": config["interval"], "method_params": method_params, "device": config["device_type"],
+           "kv_protocol_version": PROTOCOL_VERSION}  # version 1 cells (first token from the dense prefill) are refused
     if config["rounding"] != "ceil":  # cells made before --rounding existed keep their fingerprint
         out["rounding"] = config["rounding"]
     version = get_task(prompts.task).template_version

@@ -4,6 +4,7 @@ batch (continue_rows); their records are scored as `lightning_bench test --task`
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Optional
 
@@ -18,8 +19,8 @@ def _sample_row(sample, pred: dict, draws: list, peak_mb: float) -> dict:
     first = draws[0]
     return {"id": sample.request.row.get("id"), **pred, "answers": list(sample.request.request.answers),
             "context_tokens": first.context_tokens, "question_tokens": first.question_tokens,
-            "truncated_tokens": sample.truncated,
-            "original_prompt_tokens": first.context_tokens + first.question_tokens + sample.truncated,
+            "cue_tokens": first.cue_tokens, "truncated_tokens": sample.truncated,
+            "original_prompt_tokens": first.context_tokens + first.question_tokens + first.cue_tokens + sample.truncated,
             "compressed_tokens": first.compressed_tokens,
             "kept_tokens": first.kept_tokens, "cache_length_final": first.cache_length_final,
             "kv_bytes_peak": max(d.kv_bytes_peak for d in draws),
@@ -78,8 +79,11 @@ def run_group(net, group: list, cfg, prompts: TaskPrompts, tokenizer, params_of,
     the `interval` protocol one batch per kind of statistics the methods read), with the tokens of one row
     at a time (tests/test_batched_continuation.py).
     With `progress`, each example's rows are saved as it ends and a stopped group resumes after them."""
+    from lightning_bench.models.hf import end_of_turn_ids
     from lightning_bench.sparsity.task_decode import continuation, continue_rows, prefill_prompt
 
+    # a generation also ends at the model's own end ids (a chat model's end of turn), as kvpress's pipeline
+    prompts = dataclasses.replace(prompts, stop_ids=prompts.stop_ids | end_of_turn_ids(net))
     head = group[0]
     protocol = "query_aware" if head.protocol == "interval" else head.protocol
     interval = cfg.interval if head.protocol == "interval" else 0
@@ -105,7 +109,8 @@ def run_group(net, group: list, cfg, prompts: TaskPrompts, tokenizer, params_of,
         with memory:
             shared = prefill_prompt(net, torch.tensor([sample.context_ids], device=device),
                                     torch.tensor([sample.question_ids], device=device) if sample.question_ids else None,
-                                    protocol, methods, method_params=method_params)
+                                    protocol, methods, method_params=method_params,
+                                    cue_ids=torch.tensor([sample.cue_ids], device=device) if sample.cue_ids else None)
         prefill_peak = memory.peak_mb
         draws_of = {cell.key: [] for cell in group}
         with memory:  # every cell and draw of the group as rows of a batch (at most cfg.max_batch_rows)

@@ -9,16 +9,18 @@ from lightning_bench.data.tasks.definition import Benchmark, GenerationSettings,
 
 
 def unified_prompt(r: dict) -> tuple:
-    return f"{r['context']}{r['question']}{r.get('answer_prefix') or ''}", tuple(r["answers"])
+    """The user's text (context + question); the row's answer_prefix follows it (answer_prefix_field)."""
+    return f"{r['context']}{r['question']}", tuple(r["answers"])
 
 
 TASKS = (
     TaskDefinition(
         name="long_context_rows", benchmark="long_context_rows", title="long-context rows (kvpress layout)",
         source=Source("simonjegou/ruler", "4096", "long_context_rows"), output_type="generate_until",
-        template=unified_prompt, template_version="long_context_rows@1", metrics=("long_context_rows",),
+        template=unified_prompt, template_version="long_context_rows@2", metrics=("long_context_rows",),
         splits=Splits(eval="test", train=None, fewshot=None), answer_field="answers",
         # max_new_tokens: each row's own where it gives one (PromptedDataModule), else this
-        generation=GenerationSettings(stop=(), max_new_tokens=64, document="context")),
+        generation=GenerationSettings(stop=(), max_new_tokens=64, document="context", chat=True,
+                                      answer_prefix_field="answer_prefix")),
 )
 BENCHMARKS = (Benchmark("long_context_rows", "long-context rows", ("long_context_rows",), "single_task"),)

@@ -84,9 +84,9 @@ def tokens_to_generate(task: str) -> int:
 
 
 def prompt(r: dict) -> tuple:
-    """RULER's input (context + question + answer prefix, no chat template) and its gold outputs."""
-    text = r.get("input") or f"{r['context']}{r['question']}{r.get('answer_prefix') or ''}"
-    return text, tuple(r["outputs"])
+    """RULER's input without its answer prefix (context + question: the user's text) and its gold outputs;
+    the prefix is the row's `answer_prefix` (GenerationSettings.answer_prefix_field)."""
+    return f"{r['context']}{r['question']}", tuple(r["outputs"])
 
 
 def _task(short: str) -> TaskDefinition:
@@ -94,11 +94,11 @@ def _task(short: str) -> TaskDefinition:
     return TaskDefinition(
         name=name, benchmark="ruler", title=f"RULER {short} ({TITLES[short]})",
         source=Source(HUB, HUB_LENGTH, "ruler", file_fields=FIELDS), output_type="generate_until",
-        template=prompt, template_version=f"{name}@1", metrics=("ruler",),
+        template=prompt, template_version=f"{name}@2", metrics=("ruler",),
         splits=Splits(eval="test", train=None, fewshot=None), answer_field="outputs",
         # max_new_tokens: each row's own where it gives one (PromptedDataModule), else RULER's per family
         generation=GenerationSettings(stop=(), max_new_tokens=tokens_to_generate(short), document="context",
-                                      chat=False))
+                                      chat=True, answer_prefix_field="answer_prefix"))
 
 
 TASKS = tuple(_task(short) for short in TASK_NAMES)
