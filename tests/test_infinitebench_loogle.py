@@ -313,7 +313,8 @@ def test_a_set_made_for_a_chat_model_fits_max_context_whole(smollm2_dir, smollm2
     assert prompt.startswith("<|im_start|>system")  # SmolLM2's chat template, as --chat_template auto applies it
     # the answer starts with the benchmark's own words, in the assistant's turn, after the document
     assert prompt.endswith("What is the pass key?<|im_end|>\n<|im_start|>assistant\nThe pass key is")
-    _, question, answer_cue, _ = split_prompt(smollm2_tokenizer, prompt, cue, row["context"], 4096, "passkey")
+    parts, _ = split_prompt(smollm2_tokenizer, prompt, cue, row["context"], 4096, "passkey")
+    _, question, answer_cue = parts["query_agnostic"]
     assert smollm2_tokenizer.decode(question).endswith("What is the pass key?")
     assert smollm2_tokenizer.decode(answer_cue) == "<|im_end|>\n<|im_start|>assistant\nThe pass key is"
     # prompt + the 6 new tokens within 4096 (so nothing is cut, and the needle at depth 50 stays), within 1%

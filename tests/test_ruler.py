@@ -312,6 +312,12 @@ def test_the_depth_measure_follows_a_moved_needle(smollm2_dir, shared_data, tmp_
         _assert_at(row, [25], measured)
 
 
+def test_cwe_worked_example_is_written_as_rulers(smollm2_dir):
+    """RULER joins the worked example's answer to "are:" with a space (template + ' ' + numbered words)."""
+    (row,) = generate_task("cwe", tokenizer(str(smollm2_dir)), 1024, 1)
+    assert "most often in the list are: 1. " in row["context"] and "are:1." not in row["context"]
+
+
 def test_deterministic_per_seed_and_sample(smollm2_dir):
     tok = tokenizer(str(smollm2_dir))
     for task in ("niah_multikey_3", "vt", "cwe", "fwe", "qa_1"):

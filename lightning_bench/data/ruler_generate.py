@@ -72,7 +72,7 @@ from lightning_bench.data.tasks.definitions.long_context.ruler import SPECS, TAS
 from lightning_bench.errors import ConfigError, MissingData, unknown_name
 from lightning_bench.results.io import check_output, write_text_atomic
 
-GENERATOR_VERSION = 3  # 3: stratified answer depths by default; 2: depths over the haystack alone (1 counted the needles)
+GENERATOR_VERSION = 3  # 3: stratified answer depths by default, the space after cwe's example "are:"; 2: depths over the haystack alone (1 counted the needles)
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 DEPTHS = tuple(round(100 * i / 39) for i in range(40))  # RULER's np.round(np.linspace(0, 100, 40))
 Haystack = Literal["noise", "essay"]
@@ -500,7 +500,7 @@ class _CommonWords(_Sample):
         listed = example[:self.num_cw] * ex_cw + example[self.num_cw:] * ex_ucw
         rng.shuffle(listed)
         self.example = (CWE_INTRO + _numbered(listed) + "\n" + CWE_QUESTION + CWE_PREFIX
-                        + _numbered(example[:self.num_cw]))
+                        + " " + _numbered(example[:self.num_cw]))  # RULER joins the answer with a space
         self.order = rng.sample(pool, len(pool))
         self.limit = len(pool) - self.num_cw
 

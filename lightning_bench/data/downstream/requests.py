@@ -83,7 +83,9 @@ def encode_generation(tokenizer, request_id: int, context: str, cue_start: int, 
     if room < 8:
         raise ConfigError(f"--data.max_length {max_length} leaves no room for a prompt after --data.max_new_tokens "
                           f"{max_new_tokens}; raise max_length or lower max_new_tokens")
-    tokens, cue = tokenizer.encode(context), encode_parts(tokenizer, context, [cue_start])[1]
+    # the user's text and the cue encoded on their own, as the query_aware protocol (split_prompt) feeds them
+    cue = tokenizer.encode(context[cue_start:])
+    tokens = tokenizer.encode(context[:cue_start]) + cue
     if len(tokens) <= room:
         return EncodedRequest("generate", request_id, tokens, cue=len(cue))
     if document is None:
@@ -93,8 +95,9 @@ def encode_generation(tokenizer, request_id: int, context: str, cue_start: int, 
         cut = len(tokens) - room
         return EncodedRequest("generate", request_id, tokens[cut:], truncated=cut, cue=len(cue))
     short, _, cut = fit_document(tokenizer, context, document, room, label)
-    cue = encode_parts(tokenizer, short, [len(short) - (len(context) - cue_start)])[1]
-    return EncodedRequest("generate", request_id, tokenizer.encode(short), truncated=cut, cue=len(cue))
+    cue_at = len(short) - (len(context) - cue_start)
+    cue = tokenizer.encode(short[cue_at:])
+    return EncodedRequest("generate", request_id, tokenizer.encode(short[:cue_at]) + cue, truncated=cut, cue=len(cue))
 
 
 def encode_parts(tokenizer, text: str, cuts: list[int]) -> list[list[int]]:
@@ -138,27 +141,34 @@ def fit_document(tokenizer, context: str, document: str, room: int, label: str =
 
 
 def split_prompt(tokenizer, prompt: str, cue_start: int, document: Optional[str], room: int,
-                 label: str = "") -> tuple[list[int], list[int], list[int], int]:
-    """(context, question, cue tokens, document tokens removed) of a rendered generation prompt, for the
-    compression protocols (sparsity/task_decode.py): the context runs to the end of the (middle-cut)
+                 label: str = "") -> tuple[dict[str, tuple[list[int], list[int], list[int]]], int]:
+    """({protocol: (context, question, cue tokens)}, document tokens removed) of a rendered generation prompt,
+    for the compression protocols (sparsity/task_decode.py): the context runs to the end of the (middle-cut)
     document, the question to the end of the user's text (`cue_start`), the cue is the rest (the chat
     template's closing turn and assistant header, the answer prefix); without a document the user's whole
-    text is context. The prompt is encoded whole, exactly as `encode_generation` encodes it, and split
-    between tokens (`encode_parts`), so every protocol and `lightning_bench test` feed the same tokens.
-    Over `room`, the document loses its middle (never the question or the cue)."""
-    if document is None:
-        context, cue = encode_parts(tokenizer, prompt, [cue_start])
-        if len(context) + len(cue) > room:
-            raise ConfigError(f"{label or 'a prompt'}: {len(context) + len(cue)} tokens do not fit --max_length "
-                              f"minus --max_new_tokens ({room}) and it has no document to shorten; raise max_length")
-        return context, [], cue, 0
-    short_prompt, short_doc, cut = fit_document(tokenizer, prompt, document, room, label)
-    end = short_prompt.rindex(short_doc) + len(short_doc)
-    parts = encode_parts(tokenizer, short_prompt, [end, len(short_prompt) - (len(prompt) - cue_start)])
-    if sum(map(len, parts)) > room:  # a tokenizer without offsets encodes the parts on their own
-        raise ConfigError(f"{label or 'a prompt'}: split into context, question and cue it needs "
-                          f"{sum(map(len, parts))} tokens, more than {room}; raise max_length")
-    return (*parts, cut)
+    text is context. Each protocol's two parts are encoded on their own, as kvpress's pipeline encodes them
+    (query_aware: the user's text | the cue; query_agnostic: the context | question + cue), and split
+    between tokens inside a part (`encode_parts`); `encode_generation` encodes the query_aware way, so
+    `lightning_bench test` feeds the same tokens. Over `room`, the document loses its middle (never the
+    question or the cue)."""
+    fit = room
+    while True:  # encoded in parts a prompt can take a token or two more than whole: fit it that much tighter
+        cut, short, short_doc = 0, prompt, document
+        if document is not None:
+            short, short_doc, cut = fit_document(tokenizer, prompt, document, fit, label)
+        cue_at = len(short) - (len(prompt) - cue_start)
+        end = short.rindex(short_doc) + len(short_doc) if document is not None else cue_at
+        context, question = encode_parts(tokenizer, short[:cue_at], [end])
+        parts = {"query_aware": (context, question, tokenizer.encode(short[cue_at:])),
+                 "query_agnostic": (tokenizer.encode(short[:end]), *encode_parts(tokenizer, short[end:], [cue_at - end]))}
+        over = max(sum(map(len, p)) for p in parts.values()) - room
+        if over <= 0:
+            return parts, cut
+        if document is None or fit - over < 8:
+            raise ConfigError(f"{label or 'a prompt'}: {room + over} tokens do not fit --max_length minus "
+                              f"--max_new_tokens ({room})" + ("" if document is not None else " and it has no "
+                                                               "document to shorten") + "; raise max_length")
+        fit -= over
 
 
 def collate(rows: list[EncodedRequest], pad_id: int) -> dict:

@@ -49,7 +49,7 @@ def render_generation(request: Generation, chat_tokenizer=None) -> tuple[str, in
         prefix = request.joiner + request.answer_prefix if request.answer_prefix else ""
         return request.context + prefix, len(request.context)
     # kvpress's split: the user's text and a separator no text can hold, rendered, then cut at the separator
-    separator = "\n" + "#" * (len(request.context) + 10)
+    separator = "#" * (len(request.context) + 10)
     rendered = chat_tokenizer.apply_chat_template([{"role": "user", "content": request.context + separator}],
                                                   tokenize=False, add_generation_prompt=True, enable_thinking=False)
     head, closing = rendered.split(separator)

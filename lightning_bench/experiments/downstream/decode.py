@@ -106,11 +106,9 @@ def run_group(net, group: list, cfg, prompts: TaskPrompts, tokenizer, params_of,
             continue
         arguments = functools.partial(_arguments, index=index, sample=sample, prompts=prompts, tokenizer=tokenizer,
                                       method_params=method_params, rounding=cfg.rounding)
+        context, question, cue = (torch.tensor([ids], dtype=torch.long, device=device) for ids in sample.parts[protocol])
         with memory:
-            shared = prefill_prompt(net, torch.tensor([sample.context_ids], device=device),
-                                    torch.tensor([sample.question_ids], device=device) if sample.question_ids else None,
-                                    protocol, methods, method_params=method_params,
-                                    cue_ids=torch.tensor([sample.cue_ids], device=device) if sample.cue_ids else None)
+            shared = prefill_prompt(net, context, question, protocol, methods, method_params=method_params, cue_ids=cue)
         prefill_peak = memory.peak_mb
         draws_of = {cell.key: [] for cell in group}
         with memory:  # every cell and draw of the group as rows of a batch (at most cfg.max_batch_rows)

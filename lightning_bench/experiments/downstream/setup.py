@@ -23,9 +23,10 @@ from lightning_bench.experiments.downstream.scoring import primary_metric
 @dataclass
 class TaskSample:
     request: Request  # .task, .row, .request (the Generation)
-    context_ids: list[int]  # up to the end of the task's document (the user's whole text when it has none)
-    question_ids: list[int]  # the rest of the user's text: the question
-    cue_ids: list[int]  # what follows it: the chat template's closing turn and assistant header, the answer prefix
+    # {protocol: (context, question, cue tokens)}: up to the end of the task's document (the user's whole text
+    # when it has none), the rest of the user's text (the question), what follows it (the chat template's
+    # closing turn and assistant header, the answer prefix); encoded per protocol as kvpress encodes it
+    parts: dict
     truncated: int  # document tokens removed from the middle to fit max_length - max_new_tokens
     max_new_tokens: int  # the task's, or the row's own (long-context rows)
 
@@ -65,9 +66,9 @@ def build_prompts(cfg, tokenizer, max_length: int) -> tuple[dict[str, TaskPrompt
                                     dm.max_new_tokens(task), dm.sampling(task), dm.uses_chat_template(task),
                                     dm.sources.get(task, {}).get(dm.eval_split(task), {}))
         limit = dm.max_new_tokens(task, req.row)
-        context, question, cue, cut = split_prompt(tokenizer, *dm.render(task, r), r.document, max_length - limit,
-                                                   f"{task} sample {req.row.get('id')!r}")
-        out[task].samples.append(TaskSample(req, context, question, cue, cut, limit))
+        parts, cut = split_prompt(tokenizer, *dm.render(task, r), r.document, max_length - limit,
+                                  f"{task} sample {req.row.get('id')!r}")
+        out[task].samples.append(TaskSample(req, parts, cut, limit))
     return out, dm.provenance()
 
 
@@ -75,8 +76,7 @@ def shortest_context(prompts: TaskPrompts, protocol: str) -> int:
     """The fewest tokens a first compression sees in this task (what a fixed budget must not exceed)."""
     from lightning_bench.sparsity.task_decode import span_length
 
-    return min(span_length(len(s.context_ids), len(s.question_ids), len(s.cue_ids), protocol)
-               for s in prompts.samples)
+    return min(span_length(*map(len, s.parts[protocol]), protocol) for s in prompts.samples)
 
 
 def model_record(cfg: DownstreamConfig, quantization) -> dict:
