@@ -56,6 +56,9 @@ def test_grid_results_summary_and_dense_equal_to_test(tiny_hf, shared_data, tmp_
     assert cells["xsum__streaming_llm_s0.5_query_aware_seed1234"]["comparisons"]["vs_h2o"]["n"] == 2
     summary = (tmp_path / "r" / "t" / "t_summary.txt").read_text()
     assert "streaming_llm" in summary and "diff vs dense" in summary
+    # every method's parameters as run, and the tasks where dense itself fails flagged (a tiny random model)
+    assert "method parameters: h2o(recent_ratio=0.5); streaming_llm(n_sink=4)" in summary
+    assert "dense at most 20 (read their rows as noise): xsum (query_agnostic) dense" in summary
 
     # the dense cell is what `lightning_bench test --task xsum` generates and scores on the same examples
     code, _, err = run(["test", "--model", "hf", "--model.pretrained", str(tiny_hf), "--task", "xsum",

@@ -49,7 +49,9 @@ def test_a_second_run_keeps_the_first_runs_record_and_checkpoints(tiny_corpus, t
 def test_ckpt_path_last_resumes_the_newest_run_and_names_it(tiny_corpus, tmp_path, capsys):
     _fit(tiny_corpus, capsys, "--trainer.max_steps", "2")
     _fit(tiny_corpus, capsys, "--trainer.max_steps", "3")
-    newest = max(p.parent for p in RUNS.rglob("last.ckpt"))  # run ids sort by start time
+    # the second run, named by its own record (two runs can start within one second: ids then tie on time)
+    newest = next(p.parent for p in RUNS.rglob("last.ckpt")
+                  if p.parent.name == json.loads((tmp_path / "r" / f"{STEM}.json").read_text())["run_id"])
     out, err = _fit(tiny_corpus, capsys, "--trainer.max_steps", "5", "--ckpt_path", "last")
     assert f"--ckpt_path last: resuming run {newest.name} ({newest / 'last.ckpt'}, step 3)" in err
     record = json.loads((tmp_path / "r" / f"{STEM}.json").read_text())

@@ -17,7 +17,8 @@ from lightning_bench.experiments.downstream.scoring import per_example, predicti
 
 def _sample_row(sample, pred: dict, draws: list, peak_mb: float) -> dict:
     first = draws[0]
-    return {"id": sample.request.row.get("id"), **pred, "answers": list(sample.request.request.answers),
+    depth = {"depth": sample.request.row["depth"]} if sample.request.row.get("depth") is not None else {}
+    return {"id": sample.request.row.get("id"), **depth, **pred, "answers": list(sample.request.request.answers),
             "context_tokens": first.context_tokens, "question_tokens": first.question_tokens,
             "cue_tokens": first.cue_tokens, "truncated_tokens": sample.truncated,
             "original_prompt_tokens": first.context_tokens + first.question_tokens + first.cue_tokens + sample.truncated,

@@ -67,6 +67,29 @@ def _table(grid, records: dict, compared: dict) -> str:
     return "\n".join(lines)
 
 
+def _method_parameters(grid, records: dict) -> str:
+    """One line naming every method's parameters as run (snapkv's window / kernel / pooling differ from
+    kvpress's 64 / 5 / avg, so a table states them)."""
+    from lightning_bench.sparsity.methods import METHODS
+
+    shown = {}
+    for cell in grid:
+        described = records[cell.key].get("method_params") or {}
+        params = [f"{p}={described[p]}" for p in METHODS[cell.method].param_specs() if p in described]
+        if params:
+            shown.setdefault(cell.method, f"{cell.method}({', '.join(params)})")
+    return f"method parameters: {'; '.join(shown.values())}\n" if shown else ""
+
+
+def _weak_tasks(grid, records: dict, floor: float = 20.0) -> str:
+    """The tasks whose dense score is at most `floor`: there a method's difference from dense measures
+    noise, not what the cache kept (flagged, not hidden)."""
+    weak = sorted({f"{c.task} ({c.protocol}) dense {records[c.key]['metrics'].get(records[c.key]['primary_metric']):.1f}"
+                   for c in grid if c.method == DENSE
+                   and (records[c.key]["metrics"].get(records[c.key]["primary_metric"]) or 0.0) <= floor})
+    return f"dense at most {floor:g} (read their rows as noise): {'; '.join(weak)}\n" if weak else ""
+
+
 def write_report(folder: Path, name: str, config: dict, meta: dict, grid, records: dict) -> tuple[Path, Path]:
     compared = comparisons(grid, records)
     results = {"name": name, "config": config, "meta": meta,
@@ -77,7 +100,8 @@ def write_report(folder: Path, name: str, config: dict, meta: dict, grid, record
     results_path = write_json_atomic(folder / f"{name}_results.json", results)
     text = (f"{name}: {config['model']['pretrained']}, {len(grid)} cells; score = each task's primary metric "
             f"(percent); kept = fraction of the compressed tokens kept by the first compression; diffs are paired "
-            f"over the same examples (unit: one example; n = the examples paired)\n\n"
+            f"over the same examples (unit: one example; n = the examples paired)\n"
+            f"{_method_parameters(grid, records)}{_weak_tasks(grid, records)}\n"
             f"{_table(grid, records, compared)}\n")
     summary_path = write_text_atomic(folder / f"{name}_summary.txt", text)
     return results_path, summary_path
