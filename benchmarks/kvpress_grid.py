@@ -3,7 +3,7 @@
 
     /tmp/kvpress_venv/bin/python benchmarks/kvpress_grid.py [--rows 6] [--context 2048] [--max-new-tokens 32] \
         [--methods knorm snapkv streaming_llm tova] [--ratios 0.5 0.9] [--repeats 3] [--threads 2] \
-        [--protocol query_agnostic] [--layout rows|kvpress] [--max-batch-rows N] [--skip grid|decode] \
+        [--protocol query_agnostic] [--max-batch-rows N] [--skip grid|decode] \
         [--out FILE.json]
 
 kvpress pins its own transformers, so this runs in its virtual environment with the project on the path
@@ -20,17 +20,14 @@ kvpress it says so and exits 0. Everything runs in one process, on one CPU, fp32
      every press, which is what the comparison measures;
    - ours: `lightning_bench downstream` in-process over the same rows file, same methods and ratios,
      `--rounding floor` (kvpress's count), snapkv with kvpress's window 64 / kernel 5, into a temp folder.
-   kvpress compresses the CONTEXT during its prefill and feeds the question afterwards: that is our
-   `query_agnostic` protocol, hence the default. `--protocol query_aware` gives kvpress context + question
-   as the context (kvpress's own "compress questions" mode) and runs ours query-aware; the two then still
-   differ by the tokens after the question (chat template's assistant header, answer prefix), which ours
-   compresses too.
+   The protocols are the same on both sides (version 2, docs/downstream.md): `query_agnostic` compresses the
+   context (chat template head + context) and feeds question + the template's closing turn + answer prefix;
+   `query_aware` is kvpress's evaluation's `query_aware` (the question moved into the context, compressed)
+   and feeds the closing turn + answer prefix. observed_attention needs eager attention in kvpress: its
+   cells run on a second, eager copy of the model there (its load is counted too).
 3. Answers: per (method, ratio), the fraction of rows whose generated text is identical (whitespace
-   stripped); the first row's prompt tokens on both sides; our kept counts against kvpress's rule.
-   kvpress wraps the row in the tokenizer's chat template; `long_context_rows` reads the row verbatim (the
-   known layout difference, issue 29). `--layout kvpress` hands our side rows already rendered the way
-   kvpress renders them (chat header in the context, the template's suffix after the question), so both
-   read the same tokens and the answers test the compression alone.
+   stripped); the first row's prompt tokens on both sides (the same, tests/test_kvpress_prompts.py); our
+   kept counts against kvpress's rule.
 4. Dense decode: `sparsity.generate_with_eviction(method="dense")` against `model.generate(do_sample=False)`
    at batch 1 and 8, on `--context`-token windows of WikiText-2, `--decode-tokens` new tokens (EOS not a
    stop on either side), same model object, interleaved repeats, median. Decode tok/s = rows x (new - 1) /
@@ -59,16 +56,19 @@ DEFAULT_MODEL = os.environ.get("LB_SMOLLM2_DIR", str(Path.home() / ".cache/light
 # RULER tasks that generate offline at any length from 512 tokens (vt and cwe need more; fwe needs scipy's zeta)
 RULER_TASKS = ("niah_single_1", "niah_single_2", "niah_multikey_1", "niah_multivalue", "niah_multiquery", "qa_1")
 OUR_PARAMS = {"snapkv": {"window": 64, "kernel": 5, "pooling": "avg"}}  # kvpress's SnapKVPress defaults
+METHODS = ("knorm", "snapkv", "streaming_llm", "tova", "observed_attention")
+EAGER = ("observed_attention",)  # kvpress's press reads the attention weights: attn_implementation="eager"
 
 
 def presses(ratio: float) -> dict:
     """Our method name -> the kvpress press that computes the same score (docs/sparsity.md for snapkv / tova)."""
-    from kvpress import KnormPress, SnapKVPress, StreamingLLMPress, TOVAPress
+    from kvpress import KnormPress, ObservedAttentionPress, SnapKVPress, StreamingLLMPress, TOVAPress
 
     return {"knorm": KnormPress(compression_ratio=ratio),
             "snapkv": SnapKVPress(compression_ratio=ratio, window_size=64, kernel_size=5),
             "streaming_llm": StreamingLLMPress(compression_ratio=ratio, n_sink=4),
-            "tova": TOVAPress(compression_ratio=ratio)}
+            "tova": TOVAPress(compression_ratio=ratio),
+            "observed_attention": ObservedAttentionPress(compression_ratio=ratio)}
 
 
 # ---- rows ------------------------------------------------------------------------------------------------
@@ -88,17 +88,6 @@ def ruler_rows(model_dir: str, n: int, context: int, max_new_tokens: int) -> lis
     return rows
 
 
-def kvpress_render(tokenizer, context: str, question: str) -> tuple[str, str]:
-    """kvpress's preprocess (pipeline.py), as text: (context with the chat header, question + the template's suffix)."""
-    if tokenizer.chat_template is None:
-        return (getattr(tokenizer, "bos_token", "") or "") + context, question + "\n"
-    separator = "#" * (len(context) + 10)
-    text = tokenizer.apply_chat_template([{"role": "user", "content": context + separator}],
-                                         add_generation_prompt=True, tokenize=False)
-    head, suffix = text.split(separator)
-    return head, question + suffix
-
-
 # ---- the two grids ---------------------------------------------------------------------------------------
 def kvpress_grid(model_dir: str, rows: list[dict], cells: list, protocol: str,
                  max_new: int) -> tuple[float, float, dict]:
@@ -107,8 +96,10 @@ def kvpress_grid(model_dir: str, rows: list[dict], cells: list, protocol: str,
 
     start = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    net = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa").eval()
-    pipe = pipeline("kv-press-text-generation", model=net, tokenizer=tokenizer, device="cpu")
+    pipes = {}
+    for attention in ("sdpa", *(("eager",) if any(m in EAGER for m, _ in cells) else ())):
+        net = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation=attention)
+        pipes[attention] = pipeline("kv-press-text-generation", model=net.eval(), tokenizer=tokenizer, device="cpu")
     load = time.perf_counter() - start
     answers = {cell: [] for cell in cells}
     for row in rows:
@@ -117,6 +108,7 @@ def kvpress_grid(model_dir: str, rows: list[dict], cells: list, protocol: str,
             context, question = context + question, ""
         for method, ratio in cells:
             press = None if method == "dense" else presses(ratio)[method]
+            pipe = pipes["eager" if method in EAGER else "sdpa"]
             out = pipe(context, question=question, answer_prefix=row["answer_prefix"], press=press,
                        max_new_tokens=max_new)
             answers[(method, ratio)].append(out["answer"])
@@ -173,11 +165,13 @@ def first_prompt(args, rows_file: Path, row: dict, max_length: int, tokenizer) -
     our downstream's prompt builder on the first row of `rows_file`."""
     from lightning_bench.data.tokenization import build_tokenizer
     from lightning_bench.experiments.downstream.setup import build_prompts
+    from lightning_bench.sparsity.task_decode import span_length
 
     cfg = SimpleNamespace(tasks=["long_context_rows"], data_dir=None, paths={"long_context_rows": str(rows_file)},
                           max_samples=1, max_new_tokens=args.max_new_tokens, chat_template="auto", samples=None,
                           temperature=None, top_p=None, max_context=None)
-    ours = build_prompts(cfg, build_tokenizer(args.model), max_length)[0]["long_context_rows"].samples[0]
+    parts = build_prompts(cfg, build_tokenizer(args.model), max_length)[0]["long_context_rows"].samples[0].parts
+    ours = [token for part in parts[args.protocol] for token in part]
     context, question = row["context"], row["question"]
     if args.protocol == "query_aware":
         context, question = context + question, ""
@@ -186,10 +180,10 @@ def first_prompt(args, rows_file: Path, row: dict, max_length: int, tokenizer) -
     theirs = KVPressTextGenerationPipeline.preprocess(SimpleNamespace(tokenizer=tokenizer), context, [question],
                                                       row["answer_prefix"], 10 ** 10)
     kv_context, kv_question = theirs["context_ids"][0].tolist(), theirs["questions_ids"][0][0].tolist()
-    return {"ours_tokens": len(ours.context_ids) + len(ours.question_ids), "ours_context": len(ours.context_ids),
-            "kvpress_tokens": len(kv_context) + len(kv_question), "kvpress_context": len(kv_context),
-            "equal": ours.context_ids + ours.question_ids == kv_context + kv_question,
-            "equal_split": ours.context_ids == kv_context}
+    span = span_length(*map(len, parts[args.protocol]), args.protocol)
+    return {"ours_tokens": len(ours), "ours_span": span,
+            "kvpress_tokens": len(kv_context) + len(kv_question), "kvpress_span": len(kv_context),
+            "equal": ours == kv_context + kv_question, "equal_split": ours[:span] == kv_context}
 
 
 # ---- dense decode ----------------------------------------------------------------------------------------
@@ -257,16 +251,13 @@ def main():
     parser.add_argument("--rows", type=int, default=6)
     parser.add_argument("--context", type=int, default=2048, help="RULER length (prompt + tokens to generate); "
                         "also the decode benchmark's prompt length")
-    parser.add_argument("--methods", nargs="+", default=["knorm", "snapkv", "streaming_llm", "tova"],
-                        choices=["knorm", "snapkv", "streaming_llm", "tova"])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--ratios", nargs="+", type=float, default=[0.5, 0.9])
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--decode-tokens", type=int, default=64, help="new tokens of the dense decode comparison")
     parser.add_argument("--repeats", type=int, default=3, help="of the grid and of each decode measurement (median)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads, both sides (default: torch's)")
     parser.add_argument("--protocol", choices=["query_agnostic", "query_aware"], default="query_agnostic")
-    parser.add_argument("--layout", choices=["rows", "kvpress"], default="rows",
-                        help="rows: the same rows file to both; kvpress: ours gets the rows as kvpress renders them")
     parser.add_argument("--max-batch-rows", type=int, help="ours: continuations decoded as one batch "
                         "(downstream's --max_batch_rows; default its own, 16)")
     parser.add_argument("--skip", choices=["grid", "decode"], help="leave out one part")
@@ -291,7 +282,7 @@ def main():
           f"threads {torch.get_num_threads()}  load {os.getloadavg()[0]:.2f}  model {args.model}")
     summary = {"benchmark": "kvpress_grid", "rows": args.rows, "context": args.context, "methods": args.methods,
                "ratios": args.ratios, "max_new_tokens": args.max_new_tokens, "protocol": args.protocol,
-               "layout": args.layout, "repeats": args.repeats, "max_batch_rows": args.max_batch_rows,
+               "kv_protocol_version": 2, "repeats": args.repeats, "max_batch_rows": args.max_batch_rows,
                "threads": torch.get_num_threads(),
                "model_load": "included on both sides", "versions": {"kvpress": version("kvpress"),
                "transformers": transformers.__version__, "torch": torch.__version__}}
@@ -321,19 +312,13 @@ def grid(args, compute_n_kept) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     cells = [("dense", 0.0)] + [(m, r) for m in args.methods for r in args.ratios]
     rows = ruler_rows(args.model, args.rows, args.context, args.max_new_tokens)
-    ours_rows = rows
-    if args.layout == "kvpress":  # the chat template as kvpress applies it, baked into the rows
-        ours_rows = []
-        for row in rows:
-            context, question = kvpress_render(tokenizer, row["context"], row["question"])
-            ours_rows.append({**row, "context": context, "question": question})
     with tempfile.TemporaryDirectory(prefix="kvpress_grid_") as tmp:
         rows_file = Path(tmp) / "rows.jsonl"
-        rows_file.write_text("".join(json.dumps(r) + "\n" for r in ours_rows))
+        rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
         print(f"grid: {args.rows} RULER rows of {args.context} tokens ({', '.join(RULER_TASKS[:args.rows])}"
               f"{', ...' if args.rows > len(RULER_TASKS) else ''}), {len(cells)} cells (dense + {len(args.methods)} "
-              f"methods x {len(args.ratios)} ratios), {args.max_new_tokens} new tokens, {args.protocol}, layout "
-              f"{args.layout}; model load included on both sides", flush=True)
+              f"methods x {len(args.ratios)} ratios), {args.max_new_tokens} new tokens, {args.protocol}; model load "
+              f"included on both sides", flush=True)
         walls = {"kvpress": [], "ours": []}
         for r in range(args.repeats):  # interleaved, alternating which side goes first
             for side in (("kvpress", "ours") if r % 2 == 0 else ("ours", "kvpress")):
@@ -358,9 +343,9 @@ def grid(args, compute_n_kept) -> dict:
         rule = "—" if cell[0] == "dense" else "{}/{}".format(
             sum(s["kept_tokens"] == compute_n_kept(s["compressed_tokens"], cell[1]) for s in samples[cell]), len(rows))
         print(f"{cell[0]:<14}{cell[1]:>6}{hits:>13}/{len(rows):<5}{rule:>28}")
-    print(f"\nfirst row's prompt: ours {prompt['ours_tokens']} tokens (context {prompt['ours_context']}), kvpress "
-          f"{prompt['kvpress_tokens']} (context {prompt['kvpress_context']}); same tokens: {prompt['equal']}, same "
-          f"context/question split: {prompt['equal_split']}")
+    print(f"\nfirst row's prompt: ours {prompt['ours_tokens']} tokens (span {prompt['ours_span']}), kvpress "
+          f"{prompt['kvpress_tokens']} (span {prompt['kvpress_span']}); same tokens: {prompt['equal']}, same "
+          f"span: {prompt['equal_split']}")
     disagree = [(cell, i) for cell in cells for i in range(len(rows))
                 if our_answers[cell][i].strip() != kv_answers[cell][i].strip()]
     for (method, ratio), i in disagree[:4]:  # a few, to read why
