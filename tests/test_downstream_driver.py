@@ -190,6 +190,8 @@ def test_a_group_stopped_mid_way_resumes_after_its_last_finished_example(tiny_hf
     (["--tasks", "xsum", "--ratios", "1.0"], "--ratios: got '1.0'; expected a float in [0, 1)"),
     (["--tasks", "xsumm"], "unknown benchmark or task 'xsumm'; valid: groups"),
     (["--tasks", "xsum", "--budget_tokens", "100000"], "--budget_tokens 100000 is larger than the shortest prompt"),
+    (["--tasks", "xsum", "--budget_tokens", "100000", "--protocols", "interval"],
+     "--budget_tokens 100000 is larger than the shortest prompt of xsum under interval"),
     (["--tasks", "glue/sst2"], "glue/sst2 is scored by log-likelihood, not generated"),
 ])
 def test_bad_downstream_driver_input_is_one_line(args, message, tiny_hf, shared_data, tmp_path, capsys):

@@ -76,6 +76,7 @@ def shortest_context(prompts: TaskPrompts, protocol: str) -> int:
     """The fewest tokens a first compression sees in this task (what a fixed budget must not exceed)."""
     from lightning_bench.sparsity.task_decode import span_length
 
+    protocol = "query_agnostic" if protocol == "query_agnostic" else "query_aware"  # interval: query_aware's
     return min(span_length(*map(len, s.parts[protocol]), protocol) for s in prompts.samples)
 
 
