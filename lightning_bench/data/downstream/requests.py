@@ -83,21 +83,20 @@ def encode_generation(tokenizer, request_id: int, context: str, cue_start: int, 
     if room < 8:
         raise ConfigError(f"--data.max_length {max_length} leaves no room for a prompt after --data.max_new_tokens "
                           f"{max_new_tokens}; raise max_length or lower max_new_tokens")
+    if document is not None:  # the query_aware parts of split_prompt: `test` feeds what the downstream cell feeds
+        parts, cut = split_prompt(tokenizer, context, cue_start, document, room, label)
+        ctx, question, cue = parts["query_aware"]
+        return EncodedRequest("generate", request_id, ctx + question + cue, truncated=cut, cue=len(cue))
     # the user's text and the cue encoded on their own, as the query_aware protocol (split_prompt) feeds them
     cue = tokenizer.encode(context[cue_start:])
     tokens = tokenizer.encode(context[:cue_start]) + cue
     if len(tokens) <= room:
         return EncodedRequest("generate", request_id, tokens, cue=len(cue))
-    if document is None:
-        if not cut_left:
-            raise ConfigError(f"{label or 'a prompt'}: {len(tokens)} tokens do not fit --data.max_length minus "
-                              f"--data.max_new_tokens ({room}) and it has no document to shorten; raise max_length")
-        cut = len(tokens) - room
-        return EncodedRequest("generate", request_id, tokens[cut:], truncated=cut, cue=len(cue))
-    short, _, cut = fit_document(tokenizer, context, document, room, label)
-    cue_at = len(short) - (len(context) - cue_start)
-    cue = tokenizer.encode(short[cue_at:])
-    return EncodedRequest("generate", request_id, tokenizer.encode(short[:cue_at]) + cue, truncated=cut, cue=len(cue))
+    if not cut_left:
+        raise ConfigError(f"{label or 'a prompt'}: {len(tokens)} tokens do not fit --data.max_length minus "
+                          f"--data.max_new_tokens ({room}) and it has no document to shorten; raise max_length")
+    cut = len(tokens) - room
+    return EncodedRequest("generate", request_id, tokens[cut:], truncated=cut, cue=min(len(cue), room - 1))
 
 
 def encode_parts(tokenizer, text: str, cuts: list[int]) -> list[list[int]]:

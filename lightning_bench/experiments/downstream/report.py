@@ -84,9 +84,9 @@ def _method_parameters(grid, records: dict) -> str:
 def _weak_tasks(grid, records: dict, floor: float = 20.0) -> str:
     """The tasks whose dense score is at most `floor`: there a method's difference from dense measures
     noise, not what the cache kept (flagged, not hidden)."""
-    weak = sorted({f"{c.task} ({c.protocol}) dense {records[c.key]['metrics'].get(records[c.key]['primary_metric']):.1f}"
-                   for c in grid if c.method == DENSE
-                   and (records[c.key]["metrics"].get(records[c.key]["primary_metric"]) or 0.0) <= floor})
+    scores = {c: records[c.key]["metrics"].get(records[c.key]["primary_metric"]) for c in grid if c.method == DENSE}
+    weak = sorted({f"{c.task} ({c.protocol}) dense {score:.1f}" for c, score in scores.items()
+                   if score is not None and score <= floor})
     return f"dense at most {floor:g} (read their rows as noise): {'; '.join(weak)}\n" if weak else ""
 
 
