@@ -357,7 +357,10 @@ def test_cli_writes_length_folders_and_a_manifest(smollm2_dir, tmp_path, capsys)
     manifest = json.loads((out / "1024" / "manifest.json").read_text())
     assert manifest["vt"]["rows"] == 2 and manifest["vt"]["seed"] == 9 and manifest["vt"]["target_length"] == 1024
     rows = load_rows("ruler/vt", "eval", data_dir=tmp_path / "data")  # split test = the 4096 folder
-    assert len(rows) == 2 and all(4055 <= r["length"] <= 4096 for r in rows)
+    # SmolLM2's chat template (30 tokens) counted in the length, as RULER's --model_template_token
+    assert manifest["vt"]["model_template_tokens"] == 30
+    written = [json.loads(line) for line in (out / "4096" / "vt.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(4055 <= r["length_w_model_temp"] == r["length"] + 30 <= 4096 for r in written)
     niah = load_rows("ruler/niah_single_1", "4096", data_dir=tmp_path / "data")
     assert niah[0]["target_length"] == 4096 and niah[0]["depth"] == 40 and rows[0]["depth"] is None  # vt: no needle
     assert not list(out.rglob(".*.tmp"))  # atomic writes leave no temporary file

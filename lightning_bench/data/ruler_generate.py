@@ -72,7 +72,7 @@ from lightning_bench.data.tasks.definitions.long_context.ruler import SPECS, TAS
 from lightning_bench.errors import ConfigError, MissingData, unknown_name
 from lightning_bench.results.io import check_output, write_text_atomic
 
-GENERATOR_VERSION = 3  # 3: stratified answer depths by default, the space after cwe's example "are:"; 2: depths over the haystack alone (1 counted the needles)
+GENERATOR_VERSION = 3  # 3: stratified answer depths by default, the space after cwe's example "are:", the chat template counted; 2: depths over the haystack alone (1 counted the needles)
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 DEPTHS = tuple(round(100 * i / 39) for i in range(40))  # RULER's np.round(np.linspace(0, 100, 40))
 Haystack = Literal["noise", "essay"]
@@ -660,7 +660,7 @@ def _sha256(path: Path) -> str:
 def generate_task(task: str, tokenizer, target_length: int, num_samples: int, seed: int = 42,
                   haystack: str = "noise", depth: Optional[float] = None, essay: Optional[str | Path] = None,
                   squad: Optional[str | Path] = None, hotpotqa: Optional[str | Path] = None,
-                  words: str = "builtin", depths: DepthRule = "stratified") -> list[dict]:
+                  words: str = "builtin", depths: DepthRule = "stratified", template_tokens: int = 0) -> list[dict]:
     """`num_samples` rows of RULER task `task` (niah_single_1, ..., qa_2), each `target_length` tokens long
     within 1% (RULER's count: input tokens + tokens_to_generate, never more than the target).
 
@@ -671,6 +671,9 @@ def generate_task(task: str, tokenizer, target_length: int, num_samples: int, se
     depth: niah and qa only: where (percent of the haystack) the answer needle(s) / gold paragraph(s) go;
         None = by the `depths` rule: "stratified" (sample i of n at DEPTHS[floor(i * 40 / n)], so a table's
         n rows cover the depths evenly instead of a draw's clusters) or "drawn" (per sample, per needle).
+    template_tokens: the tokens a chat template adds around the prompt (RULER's --model_template_token), counted
+        within the target so a chat-templated row is not cut: `length` stays RULER's count (input + tokens to
+        generate), `length_w_model_temp` adds them, as RULER's rows do.
     The seed, task and index decide a sample's random draws; a stratified depth also depends on num_samples.
     """
     short = task.removeprefix("ruler/")
@@ -702,13 +705,27 @@ def generate_task(task: str, tokenizer, target_length: int, num_samples: int, se
     for index in range(num_samples):
         sample = make(index)
         sample.count = counter
-        length, prompt, n = _fit(short, sample, tokenizer, target_length, max_new, guess)
+        length, prompt, n = _fit(short, sample, tokenizer, target_length - template_tokens, max_new, guess)
         guess = max(n, 1)
         rows.append({"index": index, "input": prompt.input, "outputs": prompt.outputs, "length": length,
                      "context": prompt.context, "question": prompt.question, "answer_prefix": prompt.answer_prefix,
                      "max_new_tokens": max_new, "depth": prompt.depth, "target_length": target_length,
+                     "length_w_model_temp": length + template_tokens,
                      "task": short, "haystack": used, **prompt.extra})
     return rows
+
+
+def chat_template_tokens(tokenizer, answer_prefix: str = " The answer is") -> int:
+    """The tokens the tokenizer's chat template adds around a prompt and its answer prefix, as a run with
+    --chat_template auto renders it (data/tasks/requests.render_generation); 0 without a template."""
+    from lightning_bench.data.tasks.requests import Generation, render_generation
+
+    tok = getattr(tokenizer, "tok", None)
+    if getattr(tok, "chat_template", None) is None:
+        return 0
+    text = "What is the special magic number?"
+    chat, _ = render_generation(Generation(text, (), answer_prefix=answer_prefix), tok)
+    return len(tokenizer.encode(chat)) - len(tokenizer.encode(text + answer_prefix))
 
 
 def _maker(short, kind, args, tokenizer, target, seed, haystack, depth, essay, squad, hotpotqa, words, count):
@@ -793,6 +810,9 @@ class RulerConfig:
     """HotpotQA dev json for qa_2 (not available offline)"""
     depth: Optional[Percent] = None
     """niah/qa answer depth in percent (default: by --depths)"""
+    chat_template: bool = True
+    """count the tokenizer's chat template (if it has one) in the length, as runs use it (RULER's
+    --model_template_token); false: RULER's bare count"""
     depths: DepthRule = "stratified"
     """niah/qa answer depths without --depth: stratified (row i of n at RULER's depth floor(i*40/n)) or drawn"""
     words: str = "builtin"
@@ -832,6 +852,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             path = source_path(kind, value)
             sources[kind] = {"path": str(path), "sha256": _sha256(path)}
     out = Path(args.data_dir)
+    # the chat template the run will wrap the rows in (--chat_template auto), counted in the length as RULER's
+    # --model_template_token: a row of N tokens then fits --max_context N whole, its needles uncut
+    template = chat_template_tokens(tokenizer) if args.chat_template else 0
     for length in args.lengths:
         folder = out / str(length)
         manifest_path = folder / "manifest.json"
@@ -840,7 +863,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             depth = args.depth if SPECS[task][0] in ("niah", "qa") else None  # --depth: the tasks with a needle
             rows = generate_task(task, tokenizer, length, args.num_samples, seed=args.seed, haystack=args.haystack,
                                  depth=depth, essay=args.essay, squad=args.squad, hotpotqa=args.hotpotqa,
-                                 words=args.words, depths=args.depths)
+                                 words=args.words, depths=args.depths, template_tokens=template)
             path = write_rows(folder / f"{task}.jsonl", rows)
             lengths = [r["length"] for r in rows]
             source = {"qa_1": "squad", "qa_2": "hotpotqa"}.get(task, rows[0]["haystack"])
@@ -850,6 +873,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                               "depths": None if depth is not None or SPECS[task][0] not in ("niah", "qa")
                               else args.depths,
                               "tokenizer": tokenizer.describe(), "source": sources.get(source),
+                              "model_template_tokens": template,
                               "length_min": min(lengths), "length_max": max(lengths)}
             write_text_atomic(manifest_path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
             print(f"ruler/{task} @{length}: {len(rows)} rows, lengths {min(lengths)}-{max(lengths)} -> {path}")
