@@ -52,6 +52,9 @@ def render_generation(request: Generation, chat_tokenizer=None) -> tuple[str, in
     separator = "#" * (len(request.context) + 10)
     rendered = chat_tokenizer.apply_chat_template([{"role": "user", "content": request.context + separator}],
                                                   tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    if rendered.count(separator) != 1:  # a template that rewrites the user's text cannot be split where it ends
+        raise ConfigError("the tokenizer's chat template does not show the user's text verbatim, so the prompt "
+                          "cannot be split before its answer cue; use --chat_template off")
     head, closing = rendered.split(separator)
     return head + closing + request.answer_prefix, len(head)
 
