@@ -1,14 +1,15 @@
 """`continue_rows`: one prefill continued by many methods and budgets as rows of ONE batch gives, row by row,
 what `continue_prompt` gives one row at a time: the same greedy tokens, stop, cache series and kept slots
 (every method x both protocols x 3 budgets), the same sampled tokens from the same per-row generators, and
-the same again when a row cap splits the batch."""
+the same again when a row cap splits the batch. `continue_prompts`: the rows of several examples (prompts
+of different lengths) in shared batches, the same again."""
 
 import pytest
 import torch
 
 from lightning_bench.sparsity import METHODS
 from lightning_bench.sparsity.engine import KVEngine
-from lightning_bench.sparsity.task_decode import PROTOCOLS, continuation, continue_prompt, continue_rows, prefill_prompt
+from lightning_bench.sparsity.task_decode import PROTOCOLS, continuation, continue_prompt, continue_prompts, continue_rows, prefill_prompt
 from tests.helpers import tiny_llama
 
 VOCAB, TC, TQ, N = 512, 24, 5, 10
@@ -108,6 +109,36 @@ def test_a_batch_holds_rows_of_similar_cache_lengths(net, prompt):
     shared = prefill_prompt(net, prompt[0], prompt[1], "query_aware", ["knorm"])
     rows = [continuation(m, **b) for m, b in [("dense", {}), ("knorm", {"sparsity": 0.8}), ("knorm", {"sparsity": 0.5}),
                                               ("knorm", {"budget_tokens": 7})]]
-    chunks = batches_by_cache_length(shared, rows, [0, 1, 2, 3], max_rows=8)
-    assert chunks == [[1, 3], [2, 0]]  # 6 and 7 slots; 15 and 29
-    assert batches_by_cache_length(shared, rows, [0, 1, 2, 3], max_rows=1) == [[1], [3], [2], [0]]
+    work = [(shared, rows)]
+    chunks = batches_by_cache_length(work, [(0, r) for r in range(4)], max_rows=8)
+    assert chunks == [[(0, 1), (0, 3)], [(0, 0), (0, 2)]]  # 6 and 7 slots; 15 and 29
+    assert batches_by_cache_length(work, [(0, r) for r in range(4)], max_rows=1) == [[(0, 1)], [(0, 3)], [(0, 2)], [(0, 0)]]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_rows_of_several_examples_share_batches_and_decode_as_they_do_alone(net, protocol):
+    """Three examples of different context, question and cue lengths (so different fed parts and cache
+    lengths), every method x 3 budgets each: their rows decoded in shared batches, greedy and sampled,
+    give each row's record alone; a row cap that splits them changes nothing."""
+    from lightning_bench.sparsity.task_decode import batches_by_cache_length
+
+    g = torch.Generator().manual_seed(5)
+    shapes = [(TC, TQ, 3), (TC + 9, TQ + 4, 0), (TC - 6, 1, 2)]
+    examples = [[torch.randint(0, VOCAB, (1, n), generator=g) for n in shape] for shape in shapes]
+    cells = grid()
+    stops = {7, 300}
+    sampled = dict(temperature=0.9, top_p=0.9)
+    gen = lambda e, i: torch.Generator().manual_seed(1000 * e + i)  # noqa: E731
+    settings = lambda e, i: sampled | {"generator": gen(e, i)} if i % 4 == 1 else {}  # noqa: E731 - some rows sample
+    prompts = [prefill_prompt(net, c, q, protocol, [m for m, _ in cells], cue_ids=cue) for c, q, cue in examples]
+    alone = [[continue_prompt(p, m, max_new_tokens=N, stop_ids=stops, **settings(e, i), **b)
+              for i, (m, b) in enumerate(cells)] for e, p in enumerate(prompts)]
+    assert len({tuple(r.tokens) for rows in alone for r in rows}) > 10
+    for cap in (3 * len(cells), 7):
+        work = [(p, [continuation(m, max_new_tokens=N, stop_ids=stops, **settings(e, i), **b)
+                     for i, (m, b) in enumerate(cells)]) for e, p in enumerate(prompts)]
+        chunks = batches_by_cache_length(work, [(e, i) for e in range(3) for i in range(len(cells))], cap)
+        assert any(len({e for e, _ in chunk}) == 3 for chunk in chunks)  # the examples really share a batch
+        for ones, batched in zip(alone, continue_prompts(work, max_rows=cap)):
+            for one, row in zip(ones, batched):
+                same_record(one, row)

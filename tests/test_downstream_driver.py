@@ -145,7 +145,7 @@ def test_a_group_stopped_mid_way_resumes_after_its_last_finished_example(tiny_hf
     code, _, err = run(_args(tiny_hf, shared_data, tmp_path / "whole", *grid), capsys)
     assert code == 0, err
 
-    original_continue, original_prefill = task_decode.continue_rows, task_decode.prefill_prompt
+    original_continue, original_prefill = task_decode.continue_prompts, task_decode.prefill_prompt
     calls = {"continue": 0, "prefill": 0}
 
     def continue_then_stop(*args, **kwargs):  # the 3 cells of an example decode as one batch: stop in the 3rd
@@ -154,7 +154,7 @@ def test_a_group_stopped_mid_way_resumes_after_its_last_finished_example(tiny_hf
             raise _Stop
         return original_continue(*args, **kwargs)
 
-    monkeypatch.setattr(task_decode, "continue_rows", continue_then_stop)
+    monkeypatch.setattr(task_decode, "continue_prompts", continue_then_stop)
     with pytest.raises(_Stop):
         run(_args(tiny_hf, shared_data, tmp_path / "stopped", *grid), capsys)
     partial = tmp_path / "stopped" / "t" / "partial" / "xsum__query_agnostic_seed1234.json"
@@ -164,7 +164,7 @@ def test_a_group_stopped_mid_way_resumes_after_its_last_finished_example(tiny_hf
         calls["prefill"] += 1
         return original_prefill(*args, **kwargs)
 
-    monkeypatch.setattr(task_decode, "continue_rows", original_continue)
+    monkeypatch.setattr(task_decode, "continue_prompts", original_continue)
     monkeypatch.setattr(task_decode, "prefill_prompt", counted_prefill)
     code, out, err = run(_args(tiny_hf, shared_data, tmp_path / "stopped", *grid), capsys)
     assert code == 0, err
@@ -172,12 +172,26 @@ def test_a_group_stopped_mid_way_resumes_after_its_last_finished_example(tiny_hf
     assert not partial.exists()
     assert _stable(_results(tmp_path / "stopped")) == _stable(_results(tmp_path / "whole"))
 
+    # the continuations of 2 examples sharing batches: the same results; stopped in its 2nd batch, it
+    # resumes after the 1st batch's 2 examples
+    calls["continue"] = 1
+    monkeypatch.setattr(task_decode, "continue_prompts", continue_then_stop)
+    with pytest.raises(_Stop):
+        run(_args(tiny_hf, shared_data, tmp_path / "batched", *grid, "--batch_examples", "2"), capsys)
+    monkeypatch.setattr(task_decode, "continue_prompts", original_continue)
+    calls["prefill"] = 0
+    code, out, err = run(_args(tiny_hf, shared_data, tmp_path / "batched", *grid, "--batch_examples", "2"), capsys)
+    assert code == 0 and "resuming after example 2 of 4" in out and calls["prefill"] == 2, err  # examples 3 and 4
+    batched, whole = _stable(_results(tmp_path / "batched")), _stable(_results(tmp_path / "whole"))
+    assert batched["config"].pop("batch_examples") == 2 and whole["config"].pop("batch_examples") == 1
+    assert batched == whole
+
     # a progress file left under other settings is set aside, not merged
-    monkeypatch.setattr(task_decode, "continue_rows", continue_then_stop)
+    monkeypatch.setattr(task_decode, "continue_prompts", continue_then_stop)
     calls["continue"] = 0
     with pytest.raises(_Stop):
         run(_args(tiny_hf, shared_data, tmp_path / "other", *grid), capsys)
-    monkeypatch.setattr(task_decode, "continue_rows", original_continue)
+    monkeypatch.setattr(task_decode, "continue_prompts", original_continue)
     code, out, err = run(_args(tiny_hf, shared_data, tmp_path / "other", *grid, "--max_new_tokens", "3"), capsys)
     assert code == 0 and "under other settings" in err and "resuming" not in out
     assert (tmp_path / "other" / "t" / "partial" / "xsum__query_agnostic_seed1234.json.stale").exists()

@@ -154,47 +154,67 @@ def continuation(method: Union[str, Method] = "dense", *, sparsity: Optional[flo
 @torch.no_grad()
 def continue_rows(prompt: PrefilledPrompt, rows: list[Row], max_rows: int = 16, interval: int = 0,
                   rerotate: bool = False) -> list[KVRecord]:
-    """Several methods, budgets or draws continuing one prefilled prompt as the rows of a batch, `max_rows`
-    at a time (what bounds memory), rows of similar cache lengths together: each row's cache compressed by its own method from the shared prefill
-    (which is neither copied nor changed), what follows the span fed, the answers decoded together,
-    a finished row leaving the batch. With `interval` > 0 every row is re-compressed by its method every
-    `interval` steps, reading its running attention statistics: then a batch holds the rows whose methods
-    read the same statistics (one recorder per batch). Greedy tokens, stops and records are those of each
-    row decoded alone (tests/test_batched_continuation.py); sampled rows draw from their own generators.
+    """Several methods, budgets or draws continuing one prefilled prompt as the rows of a batch: one
+    prompt's part of `continue_prompts`."""
+    return continue_prompts([(prompt, rows)], max_rows, interval, rerotate)[0]
 
-    Timings: a row's prefill_seconds is the shared prefill plus its own compression (and its share of the
-    fed part's forward); each batched step's wall time is shared equally by the rows it decoded, so the
-    rows' decode_seconds add up to the batch's. The meter counts a row's own slots (fillers left out)."""
+
+@torch.no_grad()
+def continue_prompts(work: list[tuple[PrefilledPrompt, list[Row]]], max_rows: int = 16, interval: int = 0,
+                     rerotate: bool = False) -> list[list[KVRecord]]:
+    """The rows of one or several prefilled prompts (examples), each prompt with its own methods, budgets
+    and draws, decoded as the rows of shared batches, `max_rows` at a time (what bounds memory), rows of
+    similar cache lengths together: each row's cache compressed by its own method from its prompt's prefill
+    (which is neither copied nor changed), what follows the span fed (one forward per prompt of a batch:
+    each prompt's fed part has its own length), then every row's answer decoded together, rows of different
+    prompts padded to the longest cache with filler slots (KVEngine.stack), a finished row leaving the
+    batch. With `interval` > 0 every row is re-compressed by its method every `interval` steps, reading
+    its running attention statistics: then a batch holds the rows whose methods read the same statistics
+    (one recorder per batch). Greedy tokens, stops and records are those of each row decoded alone
+    (tests/test_batched_continuation.py); sampled rows draw from their own generators. The records come
+    back per prompt, in the order of `work`.
+
+    Why each prompt is prefilled alone and only the continuations share a batch: a long span's prefill is
+    already a large matrix product (batching gains nothing, and left padding would spend compute on
+    fillers), while each decoding step is a matrix-vector product per row, which a batch amortises.
+
+    Timings: a row's prefill_seconds is its prompt's prefill plus its own compression (and its share of
+    its prompt's fed forward); each batched step's wall time is shared equally by the rows it decoded, so
+    the rows' decode_seconds add up to the batch's. The meter counts a row's own slots (fillers left out)."""
     positive_int("max_rows", max_rows)
     positive_int("interval", interval, minimum=0)
-    for row in rows:
-        _check_fixed_budget(row.plan, prompt)
-        needs = row.plan.method.needs
-        if needs and needs not in prompt.recorders:
-            raise ConfigError(f"the prompt was prefilled without the attention statistics {row.plan.method.name!r} "
-                              f"reads ({', '.join(needs.names())}); pass it to prefill_prompt(methods=...)")
+    for prompt, rows in work:
+        for row in rows:
+            _check_fixed_budget(row.plan, prompt)
+            needs = row.plan.method.needs
+            if needs and needs not in prompt.recorders:
+                raise ConfigError(f"the prompt was prefilled without the attention statistics {row.plan.method.name!r} "
+                                  f"reads ({', '.join(needs.names())}); pass it to prefill_prompt(methods=...)")
+    pairs = [(p, r) for p, (_, rows) in enumerate(work) for r in range(len(rows))]
     batches: dict = {}  # rows of one batch: all of them, or (interval) those reading the same statistics
-    for r, row in enumerate(rows):
-        batches.setdefault(row.plan.method.needs if interval else None, []).append(r)
-    records: list = [None] * len(rows)
+    for pair in pairs:
+        batches.setdefault(work[pair[0]][1][pair[1]].plan.method.needs if interval else None, []).append(pair)
+    records: list = [[None] * len(rows) for _, rows in work]
     for members in batches.values():
-        for chunk in batches_by_cache_length(prompt, rows, members, max_rows):
-            for r, record in zip(chunk, _decode_rows(prompt, [rows[r] for r in chunk], interval, rerotate)):
-                records[r] = record
+        for chunk in batches_by_cache_length(work, members, max_rows):
+            for (p, r), record in zip(chunk, _decode_rows(work, chunk, interval, rerotate)):
+                records[p][r] = record
     return records
 
 
-def batches_by_cache_length(prompt: PrefilledPrompt, rows: list[Row], members: list[int], max_rows: int) -> list[list[int]]:
-    """`members` in batches of at most `max_rows` rows whose first compression keeps at most twice as many
-    slots as the batch's shortest: every row of a batch attends over the longest row's slots (its own plus
-    fillers), so a dense row batched with 10% budgets would make each of them as slow as itself."""
-    kept = {r: int(rows[r].plan.keep(prompt.state).max()) for r in members}
-    chunks: list[list[int]] = []
-    for r in sorted(members, key=kept.get):
-        if not chunks or len(chunks[-1]) == max_rows or kept[r] > 2 * kept[chunks[-1][0]]:
+def batches_by_cache_length(work: list[tuple[PrefilledPrompt, list[Row]]], members: list[tuple[int, int]],
+                            max_rows: int) -> list[list[tuple[int, int]]]:
+    """`members` ((prompt, row) pairs of `work`) in batches of at most `max_rows` rows whose first
+    compression keeps at most twice as many slots as the batch's shortest: every row of a batch attends
+    over the longest row's slots (its own plus fillers), so a dense row batched with 10% budgets would make
+    each of them as slow as itself. Within a batch the rows stay grouped by prompt."""
+    kept = {(p, r): int(work[p][1][r].plan.keep(work[p][0].state).max()) for p, r in members}
+    chunks: list[list[tuple[int, int]]] = []
+    for pair in sorted(members, key=kept.get):
+        if not chunks or len(chunks[-1]) == max_rows or kept[pair] > 2 * kept[chunks[-1][0]]:
             chunks.append([])
-        chunks[-1].append(r)
-    return chunks
+        chunks[-1].append(pair)
+    return [sorted(chunk) for chunk in chunks]
 
 
 def _compressed(engine: KVEngine, row: Row, rerotate: bool, record: KVRecord) -> float:
@@ -204,37 +224,63 @@ def _compressed(engine: KVEngine, row: Row, rerotate: bool, record: KVRecord) ->
     return engine.clock() - start
 
 
-def _decode_rows(prompt: PrefilledPrompt, rows: list[Row], interval: int, rerotate: bool) -> list[KVRecord]:
-    records = [KVRecord(forwards=prompt.engine.record.forwards) for _ in rows]
-    slot, fed = prompt.engine.slot_bytes, prompt.engine.dense_length
-    with prompt.engine.evaluating():
-        engines = [prompt.engine.fork(prompt.recorders.get(row.plan.method.needs)) for row in rows]
-        seconds = [_compressed(e, row, rerotate, rec) for e, row, rec in zip(engines, rows, records)]
-        for engine, row, record in zip(engines, rows, records):
-            if not interval:
-                engine.recorder = None  # no later compression reads the statistics: stop computing them
-            record.figures.update(kept_tokens=int(engine.state.n_valid.sum()), context_tokens=prompt.context_tokens,
-                                  question_tokens=prompt.question_tokens, cue_tokens=prompt.cue_tokens,
-                                  kv_bytes_prefill=prompt.kv_prefill, compressed_tokens=prompt.span_tokens)
-            record.method = {**row.plan.describe(), "protocol": prompt.protocol, "protocol_version": PROTOCOL_VERSION,
-                             "interval": interval, "question_tokens": prompt.question_tokens,
-                             **({"rerotate": True} if rerotate else {})}
-        batch, active = KVEngine.stack(engines), list(range(len(rows)))
-        del engines
+def _started(prompt: PrefilledPrompt, rows: list[Row], interval: int, rerotate: bool,
+             records: list[KVRecord]) -> tuple[KVEngine, torch.Tensor]:
+    """`rows` of one prompt compressed (each alone, from a fork of its prefill), stacked, and fed what
+    follows the span: the batch and its last logits (len(rows), V). Meters each row before and after."""
+    slot, dense = prompt.engine.slot_bytes, prompt.engine.dense_length
+    engines = [prompt.engine.fork(prompt.recorders.get(row.plan.method.needs)) for row in rows]
+    seconds = [_compressed(e, row, rerotate, rec) for e, row, rec in zip(engines, rows, records)]
+    for engine, row, record in zip(engines, rows, records):
+        if not interval:
+            engine.recorder = None  # no later compression reads the statistics: stop computing them
+        record.figures.update(kept_tokens=int(engine.state.n_valid.sum()), context_tokens=prompt.context_tokens,
+                              question_tokens=prompt.question_tokens, cue_tokens=prompt.cue_tokens,
+                              kv_bytes_prefill=prompt.kv_prefill, compressed_tokens=prompt.span_tokens)
+        record.method = {**row.plan.describe(), "protocol": prompt.protocol, "protocol_version": PROTOCOL_VERSION,
+                         "interval": interval, "question_tokens": prompt.question_tokens,
+                         **({"rerotate": True} if rerotate else {})}
+    batch = KVEngine.stack(engines)
+    del engines
+    _meter(records, batch.state.n_valid.tolist(), slot, dense)
+    start = batch.clock()  # what follows the span, on each row's compressed cache: one forward for the rows
+    logits = batch.feed(prompt.fed_ids.expand(len(rows), -1), logits_to_keep=1)[:, -1]
+    fed = (batch.clock() - start) / len(rows)
+    _meter(records, batch.state.n_valid.tolist(), slot, dense + prompt.fed_ids.shape[1])
+    for record, own in zip(records, seconds):
+        record.prefill_seconds = prompt.seconds + own + fed
+    return batch, logits
 
-        def meter(dense: int) -> None:
-            for r, length in zip(active, batch.state.n_valid.tolist()):
-                records[r].cache_lengths.append(length)
-                records[r].kv_bytes.append(slot * length)
-                records[r].dense_kv_bytes.append(slot * dense)
 
-        meter(fed)
-        start = batch.clock()  # what follows the span, on each row's compressed cache: one forward for the batch
-        logits = batch.feed(prompt.fed_ids.expand(len(rows), -1), logits_to_keep=1)[:, -1]
-        fed += prompt.fed_ids.shape[1]
-        meter(fed)
-        for r in active:
-            records[r].prefill_seconds = prompt.seconds + seconds[r] + (batch.clock() - start) / len(rows)
+def _meter(records: list[KVRecord], lengths: list[int], slot: int, dense) -> None:
+    """Append each row's cache length, its KV bytes and the dense cache's (`dense`: slots, one or per row)."""
+    for i, (record, length) in enumerate(zip(records, lengths)):
+        record.cache_lengths.append(length)
+        record.kv_bytes.append(slot * length)
+        record.dense_kv_bytes.append(slot * (dense[i] if isinstance(dense, list) else dense))
+
+
+def _decode_rows(work: list[tuple[PrefilledPrompt, list[Row]]], chunk: list[tuple[int, int]], interval: int,
+                 rerotate: bool) -> list[KVRecord]:
+    """The rows of `chunk` ((prompt, row) pairs, grouped by prompt) decoded as one batch; their records."""
+    rows = [work[p][1][r] for p, r in chunk]
+    records = [KVRecord(forwards=work[p][0].engine.record.forwards) for p, _ in chunk]
+    by_prompt: dict = {}
+    for i, (p, _) in enumerate(chunk):
+        by_prompt.setdefault(p, []).append(i)
+    slot = work[chunk[0][0]][0].engine.slot_bytes
+    with work[chunk[0][0]][0].engine.evaluating():
+        parts, logits = [], []
+        for p, members in by_prompt.items():
+            prompt = work[p][0]
+            part, last = _started(prompt, [rows[i] for i in members], interval, rerotate, [records[i] for i in members])
+            parts.append(part)
+            logits.append(last)
+        batch = parts[0] if len(parts) == 1 else KVEngine.stack(parts)
+        logits = torch.cat(logits)
+        dense = [work[p][0].engine.dense_length + work[p][0].fed_ids.shape[1] for p, _ in chunk]
+        del parts
+        active = list(range(len(rows)))
         tokens = [[row.decoding.pick(logits[r])] for r, row in enumerate(rows)]
         stopped = [row.decoding.stop_reason(t) for row, t in zip(rows, tokens)]
         while True:
@@ -246,15 +292,16 @@ def _decode_rows(prompt: PrefilledPrompt, rows: list[Row], interval: int, rerota
             if len(going) < len(active):
                 batch, active = batch.select(going), [active[i] for i in going]
             if step and interval and step % interval == 0:  # each row re-compressed alone, then batched again
-                parts = [batch.select([i]) for i in range(len(active))]
-                for part, r in zip(parts, active):
-                    _compressed(part, rows[r], rerotate, records[r])
-                batch = KVEngine.stack(parts)
+                singles = [batch.select([i]) for i in range(len(active))]
+                for single, r in zip(singles, active):
+                    _compressed(single, rows[r], rerotate, records[r])
+                batch = KVEngine.stack(singles)
             logits = batch.step(torch.tensor([tokens[r][-1] for r in active], device=batch.device))
             for i, r in enumerate(active):
                 tokens[r].append(rows[r].decoding.pick(logits[i]))
                 stopped[r] = rows[r].decoding.stop_reason(tokens[r])
-            meter(fed + step + 1)
+            _meter([records[r] for r in active], batch.state.n_valid.tolist(), slot,
+                   [dense[r] + step + 1 for r in active])
             share = (batch.clock() - start) / len(active)
             for r in active:
                 records[r].decode_seconds += share

@@ -84,7 +84,11 @@ class DownstreamConfig:
     threads: Optional[PositiveInt] = None
     """torch intra-op threads (default: torch's)"""
     max_batch_rows: PositiveInt = 16
-    """most continuations (cells x draws of one example) decoded together as rows of one batch: bounds memory"""
+    """most continuations (cells x draws of the examples of --batch_examples) decoded together as rows of one
+    batch: bounds the decoding's memory"""
+    batch_examples: PositiveInt = 1
+    """examples whose continuations share batches: each is prefilled alone, then every cell and draw of them
+    decodes together (more rows per step: faster on a GPU; their dense prefills are held at once)"""
     wandb: bool = False
     """log one W&B run per driver call (a table of the cells and each cell's figures); offline unless logged in"""
     wandb_dir: str = "wandb_logs"

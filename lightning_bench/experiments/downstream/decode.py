@@ -75,20 +75,20 @@ def run_group(net, group: list, cfg, prompts: TaskPrompts, tokenizer, params_of,
     Every example is prefilled ONCE (sparsity/task_decode.prefill_prompt, recording the statistics of
     every method of the group) and continued by each cell's method and budget: the prefill does not
     depend on the method, and the tokens are those of separate runs (tests/test_task_decode.py), while a
-    long context is prefilled once instead of once per cell. The continuations of every cell and draw
-    decode together as rows of a batch (task_decode.continue_rows, at most cfg.max_batch_rows rows; under
-    the `interval` protocol one batch per kind of statistics the methods read), with the tokens of one row
-    at a time (tests/test_batched_continuation.py).
-    With `progress`, each example's rows are saved as it ends and a stopped group resumes after them."""
+    long context is prefilled once instead of once per cell. The continuations of every cell and draw of
+    `cfg.batch_examples` examples decode together as rows of shared batches (task_decode.continue_prompts,
+    at most cfg.max_batch_rows rows; under the `interval` protocol one batch per kind of statistics the
+    methods read), with the tokens of one row at a time (tests/test_batched_continuation.py).
+    With `progress`, the rows are saved as each batch of examples ends and a stopped group resumes after them."""
     from lightning_bench.models.hf import end_of_turn_ids
-    from lightning_bench.sparsity.task_decode import continuation, continue_rows, prefill_prompt
+    from lightning_bench.sparsity import task_decode
 
     # a generation also ends at the model's own end ids (a chat model's end of turn), as kvpress's pipeline
     prompts = dataclasses.replace(prompts, stop_ids=prompts.stop_ids | end_of_turn_ids(net))
     head = group[0]
     protocol = "query_aware" if head.protocol == "interval" else head.protocol
     interval = cfg.interval if head.protocol == "interval" else 0
-    sampling = prompts.sampling
+    draws = range(prompts.sampling["samples"])
     device = next(net.parameters()).device
     methods = list(dict.fromkeys(cell.method for cell in group))
     method_params = {cell.method: params_of(cell) for cell in group}
@@ -102,32 +102,35 @@ def run_group(net, group: list, cfg, prompts: TaskPrompts, tokenizer, params_of,
             pairs[key] = [(prompts.samples[i].request, pred) for i, pred in enumerate(cell_saved["predictions"])]
         print(f"{PROG} downstream: {head.task} / {head.protocol} / seed {head.seed}: resuming after example "
               f"{saved['examples']} of {len(prompts.samples)} ({progress.path})", flush=True)
-    for index, sample in enumerate(prompts.samples):
-        if saved is not None and index < saved["examples"]:
-            continue
-        arguments = functools.partial(_arguments, index=index, sample=sample, prompts=prompts, tokenizer=tokenizer,
-                                      method_params=method_params, rounding=cfg.rounding)
-        context, question, cue = (torch.tensor([ids], dtype=torch.long, device=device) for ids in sample.parts[protocol])
-        with memory:
-            shared = prefill_prompt(net, context, question, protocol, methods, method_params=method_params, cue_ids=cue)
-        prefill_peak = memory.peak_mb
-        draws_of = {cell.key: [] for cell in group}
-        with memory:  # every cell and draw of the group as rows of a batch (at most cfg.max_batch_rows)
-            keys = [cell.key for cell in group for _ in range(sampling["samples"])]
-            batch = [continuation(**arguments(cell, draw)) for cell in group for draw in range(sampling["samples"])]
-            for key, record in zip(keys, continue_rows(shared, batch, cfg.max_batch_rows, interval)):
-                draws_of[key].append(record)
-        for cell in group:
-            draws = draws_of[cell.key]
-            texts = [tokenizer.decode(d.tokens[:-1] if d.tokens and d.tokens[-1] in prompts.stop_ids else d.tokens)
-                     for d in draws]
-            described[cell.key] = draws[0].method
-            pred = predictions(sample.request, texts, draws[0].tokens)
-            pairs[cell.key].append((sample.request, pred))
-            rows[cell.key].append(_sample_row(sample, pred, draws, max(prefill_peak, memory.peak_mb)))
-        del shared
+    first = saved["examples"] if saved is not None else 0
+    for begin in range(first, len(prompts.samples), cfg.batch_examples):
+        indices = range(begin, min(begin + cfg.batch_examples, len(prompts.samples)))
+        work = []
+        with memory:  # the examples' prefills, then every cell and draw of them as rows of shared batches
+            for index in indices:
+                sample = prompts.samples[index]
+                arguments = functools.partial(_arguments, index=index, sample=sample, prompts=prompts,
+                                              tokenizer=tokenizer, method_params=method_params, rounding=cfg.rounding)
+                context, question, cue = (torch.tensor([ids], dtype=torch.long, device=device)
+                                          for ids in sample.parts[protocol])
+                shared = task_decode.prefill_prompt(net, context, question, protocol, methods,
+                                                    method_params=method_params, cue_ids=cue)
+                work.append((shared, [task_decode.continuation(**arguments(cell, draw)) for cell in group
+                                      for draw in draws]))
+            records = task_decode.continue_prompts(work, cfg.max_batch_rows, interval)
+        del work
+        for index, example_records in zip(indices, records):
+            sample = prompts.samples[index]
+            for c, cell in enumerate(group):
+                cell_draws = example_records[c * len(draws):(c + 1) * len(draws)]
+                texts = [tokenizer.decode(d.tokens[:-1] if d.tokens and d.tokens[-1] in prompts.stop_ids else d.tokens)
+                         for d in cell_draws]
+                described[cell.key] = cell_draws[0].method
+                pred = predictions(sample.request, texts, cell_draws[0].tokens)
+                pairs[cell.key].append((sample.request, pred))
+                rows[cell.key].append(_sample_row(sample, pred, cell_draws, memory.peak_mb))
         if progress is not None:
-            progress.save(index + 1, {key: {"rows": rows[key], "predictions": [pred for _, pred in pairs[key]],
-                                            "method": described.get(key, {})} for key in pairs})
+            progress.save(indices[-1] + 1, {key: {"rows": rows[key], "predictions": [pred for _, pred in pairs[key]],
+                                                  "method": described.get(key, {})} for key in pairs})
     return [_cell_record(cell, pairs[cell.key], rows[cell.key], described.get(cell.key, {}), memory)
             for cell in group]
