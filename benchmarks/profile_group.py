@@ -17,7 +17,7 @@ import time
 
 PARTS = [("the group", "run_group", "downstream/decode.py"), ("prefills", "prefill", "sparsity/engine.py"),
          ("attention statistics", "observe", "sparsity/capture.py"),
-         ("decoding continuation (fed part + steps)", "continue_rows", "sparsity/task_decode.py"),
+         ("decoding continuation (fed part + steps)", "continue_prompts", "sparsity/task_decode.py"),
          ("forwards after the prefill (feed)", "feed", "sparsity/engine.py"),
          ("compressions", "compress", "sparsity/cache.py"), ("stacking rows", "stack", "sparsity/engine.py"),
          ("dropping finished rows", "select", "sparsity/engine.py"),

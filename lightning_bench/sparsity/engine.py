@@ -313,12 +313,17 @@ class KVEngine:
         first = engines[0]
         S = max(e.state.length for e in engines)
         left = lambda t, value=0: torch.nn.functional.pad(t, (S - t.shape[-1], 0), value=value)  # noqa: E731
-        slots = lambda t: torch.nn.functional.pad(t, (0, 0, S - t.shape[-2], 0))  # noqa: E731 - (B, H, S, D)
         other = first.fork()
         state = other.state
-        for i, layer in enumerate(state.cache.layers):  # new tensors: a GrowingLayer re-buffers on its next append
-            layer.keys = torch.cat([slots(e.state.cache.layers[i].keys) for e in engines])
-            layer.values = torch.cat([slots(e.state.cache.layers[i].values) for e in engines])
+        for i, layer in enumerate(state.cache.layers):  # each row copied once, into the batch's new buffers
+            parts = [(e.state.cache.layers[i].keys, e.state.cache.layers[i].values) for e in engines]
+            keys, values = _new_slots(layer, parts[0], sum(k.shape[0] for k, _ in parts), S)
+            row = 0
+            for k, v in parts:  # fillers first (zeros: never attended, and no NaN reaches a masked product)
+                end, fill = row + k.shape[0], S - k.shape[-2]
+                keys[row:end, :, :fill], values[row:end, :, :fill] = 0, 0
+                keys[row:end, :, fill:], values[row:end, :, fill:] = k, v
+                row = end
         state.valid = torch.cat([left(e.state.valid, False) for e in engines])
         layers = range(len(first.state.positions))
         shared = all(e.state.rope[i] is e.state.positions[i] for e in engines for i in layers)
@@ -341,8 +346,11 @@ class KVEngine:
         cut = lambda t: t[index][..., start:]  # noqa: E731 - rows, then slots (the last dimension)
         other = self.fork()
         state = other.state
-        for layer in state.cache.layers:
-            layer.keys, layer.values = layer.keys[index, :, start:], layer.values[index, :, start:]
+        for layer in state.cache.layers:  # each kept row copied once, into new buffers
+            old = layer.keys, layer.values
+            keys, values = _new_slots(layer, old, len(rows), old[0].shape[-2] - start)
+            for j, r in enumerate(rows):
+                keys[j], values[j] = old[0][r, :, start:], old[1][r, :, start:]
         shared = state.rope[0] is state.positions[0]
         state.valid, state.positions = valid[:, start:], [cut(p) for p in state.positions]
         state.rope = list(state.positions) if shared else [cut(r) for r in state.rope]
@@ -350,6 +358,18 @@ class KVEngine:
         other.recorder = _map_stats(self.recorder, lambda t, _: cut(t))
         other.record = self.record
         return other
+
+
+def _new_slots(layer, like: tuple, batch: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """New (keys, values) of `batch` rows and `length` slots made `layer`'s cache, for the caller to fill:
+    inside a GrowingLayer's buffers with spare room, so the next append writes in place."""
+    from lightning_bench.sparsity.growing_layer import GrowingLayer
+
+    if isinstance(layer, GrowingLayer):
+        return layer.reserve(like[0], like[1], batch, length)
+    layer.keys = like[0].new_empty(batch, *like[0].shape[1:-2], length, like[0].shape[-1])
+    layer.values = like[1].new_empty(batch, *like[1].shape[1:-2], length, like[1].shape[-1])
+    return layer.keys, layer.values
 
 
 def _map_stats(recorder, change):

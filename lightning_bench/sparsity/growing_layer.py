@@ -52,6 +52,15 @@ class GrowingLayer(DynamicLayer):
         self.values = self._value_buffer[:, :, :held + new]
         return self.keys, self.values
 
+    def reserve(self, keys_like: torch.Tensor, values_like: torch.Tensor, batch: int, length: int):
+        """Fresh buffers of `batch` rows and `length` slots plus SPARE, made the cache: their filled parts'
+        views (keys, values), for the caller to fill in place (KVEngine.stack / select build a batch there
+        instead of in a temporary that the next append would copy again)."""
+        self._key_buffer = keys_like.new_empty(batch, keys_like.shape[1], length + SPARE, keys_like.shape[-1])
+        self._value_buffer = values_like.new_empty(batch, values_like.shape[1], length + SPARE, values_like.shape[-1])
+        self.keys, self.values = self._key_buffer[:, :, :length], self._value_buffer[:, :, :length]
+        return self.keys, self.values
+
     @staticmethod
     def _move(current: torch.Tensor, new: torch.Tensor, capacity: int) -> torch.Tensor:
         buffer = new.new_empty(*new.shape[:2], capacity, new.shape[-1])
