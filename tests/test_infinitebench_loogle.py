@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from lightning_bench.data.downstream.requests import split_prompt
 from lightning_bench.data.infinitebench_generate import depths_of, generate, main as generate_main, write_jsonl
 from lightning_bench.data.tasks import TASKS, check_definition, get_task, load_rows, local_layout
 from lightning_bench.data.tasks.formats import READERS
@@ -355,19 +356,23 @@ def test_generator_writes_one_set_per_length_with_its_manifest(generated, gpt2_t
         written = [json.loads(line) for line in (folder / f"{task}.jsonl").read_text().splitlines()]
         assert [r["id"] for r in written] == [0, 1, 2] and [r["depth"] for r in written] == [0.0, 30.0, 100.0]
         assert {r["target_length"] for r in written} == {length}
-        # RULER's count, as the run builds the prompt (GPT-2 has no chat template) + the task's new tokens:
-        # within the target, short of it by less than one whole unit (a noise sentence, a key/value pair)
+        # RULER's count, as the run feeds the prompt (GPT-2 has no chat template; each protocol's parts encoded
+        # on their own, the longer protocol) + the task's new tokens: within the target, short of it by less
+        # than one whole unit (a noise sentence, a key/value pair)
         name = f"infinitebench/{task}"
         rows = load_rows(name, str(length), data_dir=generated)
         settings = TASKS[name].generation
-        counted = [len(gpt2_tokenizer.encode(render_generation(build_request(name, r))[0])) + settings.max_new_tokens
-                   for r in rows]
+        requests = [build_request(name, r) for r in rows]
+        fed = [split_prompt(gpt2_tokenizer, *render_generation(q), q.document, room=10**9)[0] for q in requests]
+        counted = [max(sum(map(len, p)) for p in parts.values()) + settings.max_new_tokens for parts in fed]
+        whole = [len(gpt2_tokenizer.encode(render_generation(q)[0])) + settings.max_new_tokens for q in requests]
+        assert all(0 <= c - w <= 2 for c, w in zip(counted, whole))  # in parts, at most 2 tokens more than whole
         slack = 0.01 if task == "passkey" else 0.02
         assert all((1 - slack) * length <= n <= length for n in counted), (task, counted)
         entry = manifest[task]
         assert (entry["rows"], entry["target_length"], entry["depths"], entry["seed"]) == (3, length, SET_DEPTHS, 1)
         assert (entry["length_min"], entry["length_max"]) == (min(counted), max(counted))
-        assert entry["tokenizer"]["name"] == "gpt2" and entry["generator"].endswith("@3")
+        assert entry["tokenizer"]["name"] == "gpt2" and entry["generator"].endswith("@4")
     assert not list(folder.glob(".*.tmp"))  # written atomically: no temporary file left
 
 

@@ -49,6 +49,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import sys
 import uuid
 from pathlib import Path
 from dataclasses import dataclass, field
@@ -59,7 +60,7 @@ from lightning_bench.errors import ConfigError
 from lightning_bench.results.io import check_output, write_text_atomic
 
 # @2: rows record target_length and depth; @3: the prompt counted with its answer prefix
-GENERATOR = "lightning_bench.data.infinitebench_generate@3"
+GENERATOR = "lightning_bench.data.infinitebench_generate@4"  # 4: the prompt counted in the protocols' parts
 NOISE = ("The grass is green. ", "The sky is blue. ", "The sun is yellow. ", "Here we go. ", "There and back again.\n")
 NEEDLES = {"passkey": "The pass key is {key}. Remember it. {key} is the pass key.\n",
            "number_string": "The sequence of digits is {key}. Remember it. {key} is the sequence of digits.\n"}
@@ -120,9 +121,11 @@ def context_count(tokenizer) -> Measure:
 
 def prompt_count(task: str, tokenizer) -> Measure:
     """RULER's count of a row, as a run under --max_context counts it: the task's prompt (its definition's
-    template, in the tokenizer's chat template when it has one, as --chat_template auto renders it) plus the
-    task's new-token limit. A set counted so is read whole under --max_context N: the run's middle cut would
+    template, in the tokenizer's chat template when it has one, as --chat_template auto renders it; encoded in
+    the parts the compression protocols feed, which some tokenizers make a token or two longer than the
+    prompt encoded whole: the longer protocol's count) plus the task's new-token limit. A set counted so is read whole under --max_context N: the run's middle cut would
     otherwise take the needle at depth 50 first."""
+    from lightning_bench.data.downstream.requests import split_prompt
     from lightning_bench.data.tasks.registry import get_task
     from lightning_bench.data.tasks.requests import build_request, render_generation
 
@@ -130,10 +133,11 @@ def prompt_count(task: str, tokenizer) -> Measure:
     tok = getattr(tokenizer, "tok", None)
     chat = tok if getattr(tok, "chat_template", None) is not None else None
 
-    def count(context: str, question: str) -> int:
-        text, _ = render_generation(build_request(name, {"context": context, "input": question, "answers": [""]}),
-                                    chat)
-        return len(tokenizer.encode(text)) + get_task(name).generation.max_new_tokens
+    def count(context: str, question: str) -> int:  # as the protocols encode it: in parts (split_prompt), the longer
+        request = build_request(name, {"context": context, "input": question, "answers": [""]})
+        text, cue_start = render_generation(request, chat)
+        parts, _ = split_prompt(tokenizer, text, cue_start, request.document, room=sys.maxsize)
+        return max(sum(map(len, part)) for part in parts.values()) + get_task(name).generation.max_new_tokens
 
     return count
 
