@@ -40,6 +40,7 @@ EXTRA_COMMANDS: dict[str, str] = {
     "infinitebench_generate": "lightning_bench.data.infinitebench_generate:main",
     "generate_ruler": "lightning_bench.data.ruler_generate:main",
     "export_documents": "lightning_bench.data.export_documents:main",
+    "results": "lightning_bench.reports.results_table:main",
 }
 
 

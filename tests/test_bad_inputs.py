@@ -243,6 +243,10 @@ CASES: dict[str, Case] = {
                                                            _proc(p) + "/d.jsonl"], "-o"),
     "export_documents output is a folder": Case(lambda p: ["export_documents", *p.data()[:4], "-o", str(p.tmp)],
                                                 "-o"),
+    # --- reports ---------------------------------------------------------------------------------------
+    "results missing folder": Case(lambda p: ["results", str(p.tmp / "nowhere")], "no such folder"),
+    "results unknown filter column": Case(lambda p: ["results", str(p.tmp), "--filter", "ppl=10"], "--filter"),
+    "results csv exists": Case(lambda p: ["results", str(p.tmp), "--csv", p.file("table.csv", "kept")], "--csv"),
 }
 
 

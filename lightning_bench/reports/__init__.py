@@ -1,0 +1,1 @@
+"""Reports over written records: `lightning_bench results` (a table across runs)."""
