@@ -41,6 +41,7 @@ EXTRA_COMMANDS: dict[str, str] = {
     "generate_ruler": "lightning_bench.data.ruler_generate:main",
     "export_documents": "lightning_bench.data.export_documents:main",
     "results": "lightning_bench.reports.results_table:main",
+    "report": "lightning_bench.reports.report:main",
 }
 
 

@@ -247,6 +247,10 @@ CASES: dict[str, Case] = {
     "results missing folder": Case(lambda p: ["results", str(p.tmp / "nowhere")], "no such folder"),
     "results unknown filter column": Case(lambda p: ["results", str(p.tmp), "--filter", "ppl=10"], "--filter"),
     "results csv exists": Case(lambda p: ["results", str(p.tmp), "--csv", p.file("table.csv", "kept")], "--csv"),
+    "report folder not empty": Case(lambda p: ["report", str(p.tmp), "-o", str(Path(p.file("rep/kept.md", "x")).parent)],
+                                    "-o"),
+    "report missing path": Case(lambda p: ["report", str(p.tmp / "nowhere"), "-o", str(p.tmp / "rep")], "no such file"),
+    "report no records": Case(lambda p: ["report", p.file("other.json", "{}"), "-o", str(p.tmp / "rep")], "no record"),
 }
 
 
