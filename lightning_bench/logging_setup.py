@@ -46,7 +46,9 @@ def server_reachable(url: str, timeout: float = 3.0) -> bool:
     return bool(opened)
 
 
-def wandb_logger(project: str, save_dir: str, name: str | None = None):
+def wandb_logger(project: str, save_dir: str, name: str | None = None, **init):
+    """A WandbLogger, offline unless W&B is logged in and reachable; `init`: more of wandb.init's arguments
+    (group, job_type)."""
     from lightning.pytorch.loggers import WandbLogger
 
     mode = os.environ.get("WANDB_MODE")
@@ -62,7 +64,7 @@ def wandb_logger(project: str, save_dir: str, name: str | None = None):
             print(f"{PROG}: W&B server {url} unreachable: logging offline under {save_dir}/wandb "
                   "(upload later with `wandb sync`)", file=sys.stderr)
     os.makedirs(save_dir, exist_ok=True)
-    logger = WandbLogger(project=project, save_dir=save_dir, offline=offline, name=name)
+    logger = WandbLogger(project=project, save_dir=save_dir, offline=offline, name=name, **init)
     # Lightning always hands wandb.init `anonymous=None` (its own default, unasked); recent wandb (0.31) warns
     # "The anonymous setting has no effect and will be removed", a line the user cannot act on. Leaving the
     # argument out is what wandb asks for and means the same to every wandb version (None is its default).

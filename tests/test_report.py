@@ -184,3 +184,29 @@ def test_unknown_or_damaged_files_are_one_line_never_a_traceback(tmp_path, capsy
     code, out, err = run(["report", str(tmp_path / "broken.json"), "-o", str(tmp_path / "none")], capsys)
     assert code == 2 and "Traceback" not in err and err.strip().startswith("lightning_bench: error: report:")
     assert not (tmp_path / "none").exists()
+
+
+def test_report_wandb_run_holds_every_figure_and_table(tmp_path, capsys, monkeypatch):
+    """`report --wandb`, offline: the run's own records (read back from its .wandb file) hold one image per
+    figure, captioned with its provenance, and one W&B Table per table, with their files in the run."""
+    from tests.wandb_reader import config_history_summary
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    inputs, out = write_inputs(tmp_path), tmp_path / "out"
+    code, _, err = run(["report", *inputs, "-o", str(out), "--wandb", "true", "--wandb_dir", str(tmp_path / "wb")],
+                       capsys)
+    assert code == 0, err
+    items = [i for _, section in gather(files_of([Path(p) for p in inputs])).sections for i in section]
+    (run_dir,) = (tmp_path / "wb" / "wandb").glob("offline-run-*")
+    config, history, _ = config_history_summary(next(run_dir.glob("*.wandb")))
+    logged = {key: value for row in history for key, value in row.items()}
+    for item in items:  # the run's history holds each value's fields under `report/<name>/<field>`
+        field = lambda name: logged[f"report/{item.name}/{name}"]  # noqa: E731
+        if isinstance(item, Figure):
+            assert field("_type") == "images/separated" and field("captions") == [item.provenance]
+        else:
+            assert field("_type") == "table-file" and field("ncols") == len(item.columns)
+            assert field("nrows") == len(item.rows)
+    assert len(list(run_dir.glob("files/media/images/report/*.png"))) == sum(isinstance(i, Figure) for i in items)
+    assert config["report"] == str(out)

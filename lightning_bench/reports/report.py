@@ -39,6 +39,11 @@ class ReportConfig:
     """record files, or folders searched with their subfolders"""
     output: str = "report"
     """the report folder (-o): new, or empty (nothing in it is ever replaced)"""
+    wandb: bool = False
+    """also log the report as one W&B run (job type `report`): each figure an image, each table a W&B Table;
+    offline unless logged in"""
+    wandb_dir: str = "wandb_logs"
+    """where W&B writes its run (`wandb sync DIR/wandb/offline-run-*` uploads an offline one)"""
 
 
 def as_options(argv: list[str]) -> list[str]:
@@ -190,4 +195,33 @@ def main(argv: list[str]) -> int:
                           "(figures so far: sweep, downstream / long-context grids, fit/validate/test)")
     figures, tables = write_report(out, got, inputs)
     print(f"wrote {out / 'report.html'} and {out / 'report.md'}: {figures} figures, {tables} tables")
+    if cfg.wandb:
+        log_wandb(cfg, out, got)
     return 0
+
+
+def log_wandb(cfg: ReportConfig, out: Path, got: Gathered) -> None:
+    """The written report as one W&B run: every figure's PNG as an image (its provenance the caption), every
+    table as a W&B Table, under `report/<name>`; grouped by the report folder's name."""
+    from lightning_bench.logging_setup import wandb_logger
+
+    logger = wandb_logger(project="lightning_bench", save_dir=cfg.wandb_dir, name=f"report-{out.name}",
+                          group=out.name, job_type="report")
+    logger.log_hyperparams({"inputs": list(cfg.paths), "report": str(out)})
+    for item in (item for _, section in got.sections for item in section):
+        if isinstance(item, Figure):
+            logger.log_image(f"report/{item.name}", images=[str(out / "figures" / f"{item.name}.png")],
+                             caption=[item.provenance])
+        else:
+            logger.log_table(f"report/{item.name}", columns=list(item.columns),
+                             data=[[cell_value(v) for v in row] for row in item.rows])
+    logger.experiment.finish()
+
+
+def cell_value(value):
+    """A table cell as W&B Tables take it: a blank (a missing figure) is None, since a Table types each
+    column by its first value and a column of numbers refuses an empty string; anything not a number or
+    text as its text."""
+    if value == "" or value is None:
+        return None
+    return value if isinstance(value, (int, float, str)) else str(value)

@@ -111,7 +111,8 @@ def log_wandb(cfg, name: str, config: dict, grid, records: dict) -> None:
     """One W&B run per driver call: a table of the cells, and each cell's figures as summary values."""
     from lightning_bench.logging_setup import wandb_logger
 
-    logger = wandb_logger(project="lightning_bench", save_dir=cfg.wandb_dir, name=f"downstream-{name}")
+    logger = wandb_logger(project="lightning_bench", save_dir=cfg.wandb_dir, name=f"downstream-{name}", group=name,
+                          job_type="downstream")
     logger.log_hyperparams(config)
     columns = ["task", "protocol", "method", "budget", "metric", "score", "kept_fraction", "kv_bytes_peak_mean",
                "decode_tokens_per_s"]
