@@ -27,6 +27,8 @@ class Series:
     low: Optional[list] = None  # error bar bounds (e.g. a bootstrap CI), as long as y
     high: Optional[list] = None
     dashed: bool = False  # a reference, e.g. the dense line
+    points: bool = False  # markers only, never joined (per-seed values, significance marks)
+    marker: str = "o"
 
 
 @dataclass
@@ -41,6 +43,7 @@ class Figure:
     warning: str = ""  # drawn on the figure too: "one point", "CI from fewer than 10 examples (n=4)"
     heatmap: Optional[dict] = None  # {"rows": [...], "cols": [...], "values": [[...]]}; None: series
     scatter: bool = False  # points without lines (a Pareto figure: no order between the cells)
+    bars: bool = False  # one bar per x (categories, e.g. tasks); `points` series are drawn over them
 
 
 @dataclass
@@ -83,9 +86,11 @@ def _finite(value) -> bool:
 
 def _draw_series(ax, figure: Figure) -> None:
     for s in figure.series:
-        style = {"linestyle": "--" if s.dashed else ("none" if figure.scatter else "-"),
-                 "marker": None if s.dashed else "o", "label": s.label}
-        if s.low is not None and s.high is not None:
+        style = {"linestyle": "--" if s.dashed else ("none" if figure.scatter or s.points else "-"),
+                 "marker": None if s.dashed else s.marker, "label": s.label}
+        if figure.bars and not s.points:
+            ax.bar(s.x, s.y, label=s.label, alpha=0.8)
+        elif s.low is not None and s.high is not None:
             below = [y - lo if _finite(lo) else 0 for y, lo in zip(s.y, s.low)]
             above = [hi - y if _finite(hi) else 0 for y, hi in zip(s.y, s.high)]
             ax.errorbar(s.x, s.y, yerr=[below, above], capsize=3, **style)

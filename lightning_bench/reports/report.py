@@ -20,12 +20,14 @@ from lightning_bench.errors import ConfigError
 from lightning_bench.reports import records
 from lightning_bench.reports.builders import sweep_items, trainer_items
 from lightning_bench.reports.downstream_builders import Cell, downstream_items
+from lightning_bench.reports.experiment_builders import (generation_items, models_items,
+                                                         multi_dataset_items, task_items)
 from lightning_bench.reports.figures import Figure, Table, render
 
 COMMAND = "report"
-BUILT = {records.trainer_rows: "trainer", records.sweep_rows: "sweep", records.downstream_rows: "downstream"}
-NOT_YET = {records.task_rows: "test --task", records.generation_rows: "generation",
-           records.multi_dataset_rows: "multi_dataset"}  # records known to `results`, without figures yet
+BUILT = {records.trainer_rows: "trainer", records.sweep_rows: "sweep", records.downstream_rows: "downstream",
+         records.task_rows: "task", records.generation_rows: "generation",
+         records.multi_dataset_rows: "multi_dataset"}
 DAMAGED = (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError)
 
 
@@ -84,7 +86,7 @@ def files_of(paths: list[Path]) -> list[Path]:
 class Gathered:
     sections: list = field(default_factory=list)  # (heading, items)
     skipped: list = field(default_factory=list)  # unknown or unreadable
-    not_yet: list = field(default_factory=list)  # known records with no figures yet
+    not_yet: list = field(default_factory=list)  # known records with no figures yet (a generation's seed cells)
 
 
 def _grid_of(path: Path) -> Path:
@@ -92,8 +94,17 @@ def _grid_of(path: Path) -> Path:
     return path.parent.parent if path.parent.name == "cells" else path.parent
 
 
+def _significance(aggregated: Path):
+    """The generation's significance_tests.json beside its aggregated_results.json, or None."""
+    path = aggregated.parent / "significance_tests.json"
+    try:
+        return json.loads(path.read_text()), path
+    except (OSError, ValueError):
+        return None, None
+
+
 def gather(files: list[Path]) -> Gathered:
-    got, trainer, run_ids, grids = Gathered(), [], set(), {}
+    got, trainer, run_ids, grids, summaries = Gathered(), [], set(), {}, []
     for path in files:
         try:
             record = json.loads(path.read_text())
@@ -104,8 +115,8 @@ def gather(files: list[Path]) -> Gathered:
         kind = BUILT.get(reader) or ("cell" if reader is not None and "primary_metric" in record else None)
         if reader is records.IGNORED:
             continue
-        if reader in NOT_YET:
-            got.not_yet.append(f"{path} ({NOT_YET[reader]})")
+        if kind == "generation" and "summary" in record:  # one seed's cell: aggregated_results.json has the figures
+            got.not_yet.append(f"{path} (generation cell; figures come with aggregated_results.json)")
         elif kind is None:
             got.skipped.append(path)
         elif kind == "trainer" and record.get("run_id") not in run_ids:  # a copy made where links fail: once
@@ -117,23 +128,35 @@ def gather(files: list[Path]) -> Gathered:
             grids.setdefault(_grid_of(path), []).append(Cell(record, _source=str(_grid_of(path))))
         elif kind == "sweep":
             _add(got, f"Sweep {path}", lambda: sweep_items(record, path), [path])
+        elif kind == "task":
+            _add(got, f"test --task {path}", lambda: task_items(record, path), [path])
+        elif kind == "generation":
+            significance, tests_path = _significance(path)
+            _add(got, f"Generation {path.parent.name} ({path})",
+                 lambda: generation_items(record, significance, path, tests_path), [path])
+        elif kind == "multi_dataset" and _add(got, f"Multi-dataset {record.get('model_name')} ({path})",
+                                              lambda: multi_dataset_items(record, path), [path]):
+            summaries.append((record, path))
     for where, cells in grids.items():
         name = where.stem.removesuffix("_results") if where.suffix == ".json" else where.name
         _add(got, f"Downstream grid {name} ({where})", lambda: downstream_items(cells, name, str(where)), [where])
+    if len(summaries) > 1:  # e.g. the transformer, bk and mamba summaries of one results folder
+        _add(got, "Models compared (multi_dataset)", lambda: models_items(summaries), [])
     if trainer:
         _add(got, "Fit / validate / test records", lambda: trainer_items(trainer), [p for _, p in trainer])
     return got
 
 
-def _add(got: Gathered, heading: str, build, paths: list[Path]) -> None:
-    """A section built from records that claim a known shape; one that is not that shape is skipped."""
+def _add(got: Gathered, heading: str, build, paths: list[Path]) -> bool:
+    """A section built from records that claim a known shape; one that is not that shape is skipped (False)."""
     try:
         items = build()
     except DAMAGED:
         got.skipped += paths
-        return
+        return False
     if items:
         got.sections.append((heading, items))
+    return True
 
 
 def unique_names(sections) -> None:
@@ -192,7 +215,8 @@ def main(argv: list[str]) -> int:
               f"or unreadable): {names}")
     if not got.sections:
         raise ConfigError(f"{COMMAND}: no record with figures found in {', '.join(cfg.paths)} "
-                          "(figures so far: sweep, downstream / long-context grids, fit/validate/test)")
+                          "(figures: sweep, downstream / long-context grids, fit/validate/test, test --task, generation, "
+                          "multi_dataset)")
     figures, tables = write_report(out, got, inputs)
     print(f"wrote {out / 'report.html'} and {out / 'report.md'}: {figures} figures, {tables} tables")
     if cfg.wandb:
