@@ -10,6 +10,8 @@ Sections (each in its own process, with its own time limit; a failed or timed-ou
               loop on the same windows (benchmarks/eval_throughput.py's in-process passes, on the GPU)
   mfu         `lightning_bench fit --model transformer` (~200M parameters, bf16-mixed): steady-state step
               time (warm-up steps skipped) and MFU = counted FLOPs per step / step time / bf16 dense peak
+  step_variants  the same network and batch size stepped outside Lightning: eager (fit's step), fused
+              AdamW, torch.compile + fused AdamW (benchmarks/train_step_variants.py): what each would win
   bnb         `lightning_bench test --bits 8|4` on CUDA against the same on CPU (perplexity parity) and
               tokens/s against --bits 16 and 32 on CUDA
   mamba       our MambaLM (parallel scan) on CPU against transformers' own CUDA path (mamba-ssm kernels if
@@ -56,7 +58,8 @@ TEST_CONFIG = "configs/test/smollm2_wikitext2.yaml"
 QUICK_TEST = "configs/downstream/quick_test.yaml"
 
 # seconds per section on the GPU; all of them (+ setup) stay under the 8 minutes of the issue
-LIMITS = {"setup": 60, "env": 30, "eval": 75, "mfu": 90, "bnb": 90, "mamba": 45, "eviction": 75, "downstream": 120}
+LIMITS = {"setup": 60, "env": 30, "eval": 75, "mfu": 90, "step_variants": 150, "bnb": 90, "mamba": 45,
+          "eviction": 75, "downstream": 120}
 # bf16 dense tensor-core peaks (datasheet, no sparsity) by device-name substring, first match wins
 PEAK_BF16 = [("h100 pcie", 756e12), ("h100 nvl", 835e12), ("h100", 989.4e12), ("h200", 989.4e12),
              ("a100", 312e12)]
@@ -347,6 +350,19 @@ def section_mfu(ctx: dict) -> dict:
     }
 
 
+def section_step_variants(ctx: dict) -> dict:
+    """benchmarks/train_step_variants.py at the mfu section's sizes (the dry run skips torch.compile: its C++
+    build takes a minute on the 2-core machine)."""
+    import torch
+
+    dev, fit = device(ctx), ctx["sizes"]["fit"]
+    sizes = {k: fit[k] for k in ("n_layer", "d_model", "n_head", "seq", "batch", "warmup", "steps")}
+    sizes["vocab"] = 49152 if not ctx["dry"] else 512  # SmolLM2's vocabulary, as the mfu section's tokenizer
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+    variants = ("eager", "fused") if ctx["dry"] else ("eager", "fused", "compiled")
+    return load_benchmark("train_step_variants").measure(sizes, dev, peak_bf16(name), variants)
+
+
 def section_bnb(ctx: dict) -> dict:
     """`lightning_bench test` at --bits 32/16/8/4 on the device and 8/4 on CPU, same windows."""
     sizes, work, acc = ctx["sizes"], Path(ctx["workdir"]) / "bnb", accelerator(ctx)
@@ -503,7 +519,7 @@ def section_downstream(ctx: dict) -> dict:
 
 
 SECTIONS = {"setup": section_setup, "env": section_env, "eval": section_eval, "mfu": section_mfu,
-            "bnb": section_bnb, "mamba": section_mamba, "eviction": section_eviction,
+            "step_variants": section_step_variants, "bnb": section_bnb, "mamba": section_mamba, "eviction": section_eviction,
             "downstream": section_downstream}
 
 
@@ -614,9 +630,13 @@ def versions() -> dict:
 
 
 def revision() -> dict:
-    """The git revision of this tree; where the tree travelled without .git, the one gpu_pack.sh wrote."""
+    """The git revision of this tree; where the tree travelled without .git, the one gpu_pack.sh wrote.
+    LB_GPU_CHECK_COMMIT (set in the device call's command) overrides both: the device's copy of the tree
+    has carried stale git metadata."""
     from lightning_bench.results.meta import git_revision
 
+    if os.environ.get("LB_GPU_CHECK_COMMIT"):
+        return {"commit": os.environ["LB_GPU_CHECK_COMMIT"], "source": "LB_GPU_CHECK_COMMIT"}
     rev = git_revision()
     if rev.get("commit"):
         return {**rev, "source": "git"}
@@ -641,7 +661,7 @@ def main() -> int:
     parser.add_argument("--workdir", default=None, help="scratch folder (default: a new temporary one)")
     parser.add_argument("--only", default=None, help="comma-separated sections (setup always runs)")
     parser.add_argument("--limit", action="append", default=[], metavar="SECTION=SECONDS")
-    parser.add_argument("--budget", type=float, default=420.0, help="seconds for all sections together")
+    parser.add_argument("--budget", type=float, default=480.0, help="seconds for all sections together")
     parser.add_argument("--isolation", choices=["auto", "fork", "process"], default="auto",
                         help="auto: fork for --dry-run (imports paid once), a fresh interpreter per section on the GPU "
                              "(no CUDA state can leak from the parent into a child)")

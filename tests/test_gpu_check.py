@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.shared_data  # WikiText-2, the PG-19 sample, quick_test's XSum and SQuAD v2 rows
-SECTIONS = ["setup", "env", "eval", "mfu", "bnb", "mamba", "eviction", "downstream"]
+SECTIONS = ["setup", "env", "eval", "mfu", "step_variants", "bnb", "mamba", "eviction", "downstream"]
 
 
 def gpu_check(shared_data, tmp_path, *extra, inject=""):
@@ -41,6 +41,9 @@ def test_dry_run_runs_every_section(shared_data, tmp_path):
     mfu = sections["mfu"]
     assert mfu["flops_per_step"] > 0 and mfu["tokens_per_sec"] > 0 and mfu["attn_implementation"] == "sdpa"
     assert mfu["mfu"] is None and mfu["peak_flops"] is None  # no bf16 peak is known for a CPU
+    variants = sections["step_variants"]
+    assert set(variants["variants"]) == {"eager", "fused"} and variants["flops_per_step"] > 0  # no compile on CPU
+    assert all(v["step_s_median"] > 0 and v["mfu"] is None for v in variants["variants"].values())
     for bits in ("bits8", "bits4"):  # the "device" is the CPU here: one run serves both sides
         assert sections["bnb"][bits]["ppl_rel_diff_device_vs_cpu"] == 0.0
         assert sections["bnb"][bits]["tokens_per_sec_x_bf16"] > 0 and sections["bnb"][bits]["tokens_per_sec_x_fp32"] > 0

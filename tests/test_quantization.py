@@ -92,6 +92,38 @@ def test_exported_layers_compute_with_the_fake_quant_weights(bits):
     assert ("W8A8" in report.scheme) == (bits == 8) and "activations" in report.scheme
 
 
+def test_int8_statistics_follow_the_weight_when_a_parent_moves_the_model():
+    """A parent's .to(device) (Lightning moving the whole model) runs Module._apply, which only sets
+    `param.data = moved`; the codes (CB) and row scales (SCB) bitsandbytes keeps beside the data, on the
+    Parameter and in module.state, must follow before the next forward (the CUDA int8 matmul refused CPU
+    scales). A CPU machine has no second device that set_data accepts, so the state after such a move is
+    built by hand: the weight on the meta device, its statistics left on the CPU."""
+    from types import SimpleNamespace
+
+    from lightning_bench.quantization.export import int8_statistics_follow_weight
+
+    net = linear_stack()
+    export_lowbit(net, 8)
+    for layer in net[::2]:
+        assert int8_statistics_follow_weight in layer._forward_pre_hooks.values()
+    scb, cb = net[0].weight.SCB, net[0].weight.CB
+    int8_statistics_follow_weight(net[0])  # nothing moved: nothing changes
+    assert net[0].weight.SCB is scb and net[0].weight.CB is cb
+    net.eval()(torch.randn(2, 128))  # the first forward moves CB / SCB from the weight into module.state
+    assert net[0].state.SCB is scb
+
+    weight = nn.Parameter(torch.zeros(4, 3, dtype=torch.int8, device="meta"), requires_grad=False)
+    weight.CB, weight.SCB = torch.zeros(4, 3, dtype=torch.int8), torch.ones(4)
+    state = SimpleNamespace(CB=torch.zeros(4, 3, dtype=torch.int8), SCB=torch.ones(4))
+    moved = SimpleNamespace(weight=weight, state=state)
+    int8_statistics_follow_weight(moved)
+    for holder in (weight, state):
+        assert holder.CB.device.type == holder.SCB.device.type == "meta" and holder.CB.dtype == torch.int8
+    state.CB = state.SCB = None  # before the first forward bitsandbytes leaves module.state empty
+    int8_statistics_follow_weight(moved)
+    assert state.CB is None and state.SCB is None
+
+
 def test_linear8bitlt_at_inference_quantizes_each_input_row_to_int8():
     """What the 8-bit record says: Linear8bitLt (threshold 0) computes W8A8 in eval mode, the input cast to
     fp16 and each row (token) rounded to int8 on its own absmax; weight-only int8 is measurably off."""

@@ -121,6 +121,22 @@ def _check_cpu_kernel(cpu_kernel: str) -> None:
         raise ConfigError(f"unknown cpu_kernel {cpu_kernel!r}; valid: {', '.join(CPU_KERNELS)}")
 
 
+def int8_statistics_follow_weight(module: nn.Module, args=()) -> None:
+    """Put an int8 layer's codes (CB) and row scales (SCB) where its weight is (a forward pre-hook).
+
+    bitsandbytes keeps them as attributes of the weight Parameter and of `module.state`, beside the
+    Parameter's data. `Linear8bitLt.to()` moves them, but only when called on the layer itself: a parent's
+    `.to(device)` (what Lightning does to the whole model) runs `Module._apply`, which replaces only the
+    Parameter's `.data`. A model quantized on the CPU and then moved to the GPU would otherwise meet its CPU
+    scales in the CUDA matmul ("Expected a cuda device, but got: cpu")."""
+    device = module.weight.device
+    for holder in (module.weight, module.state):
+        if getattr(holder, "CB", None) is not None and holder.CB.device != device:
+            holder.CB = module.weight.data  # the codes are the weight's data itself
+        if getattr(holder, "SCB", None) is not None and holder.SCB.device != device:
+            holder.SCB = holder.SCB.to(device)
+
+
 def _finish_lowbit(net: nn.Module, cpu_bf16_kernel: bool, cpu_kernel: str = "auto") -> None:
     """Settings every low-bit module of ours gets, whichever path made it (the fast CPU forward last:
     it keeps the module's tensors, hooks and state_dict)."""
@@ -130,6 +146,8 @@ def _finish_lowbit(net: nn.Module, cpu_bf16_kernel: bool, cpu_kernel: str = "aut
             module.support_avx512bf16_for_cpu = cpu_bf16_kernel and getattr(module, "support_avx512bf16_for_cpu", False)
         if is_lowbit(module) and not getattr(module, "_lb_load_guard", False):
             module.register_load_state_dict_pre_hook(_refuse_float_weight)
+            if isinstance(module, bnb.nn.Linear8bitLt):
+                module.register_forward_pre_hook(int8_statistics_follow_weight)
             module._lb_load_guard = True
     set_cpu_kernel(net, "bitsandbytes" if cpu_bf16_kernel else cpu_kernel)
 
@@ -141,7 +159,9 @@ def _to_lowbit(linear: nn.Linear, bits: int, int8_threshold: float) -> nn.Module
     if bits == 8:
         new = bnb.nn.Linear8bitLt(linear.in_features, linear.out_features, bias=has_bias,
                                   has_fp16_weights=False, threshold=int8_threshold, device="meta")
-        new.weight = bnb.nn.Int8Params(weight.clone(), requires_grad=False, has_fp16_weights=False)
+        # from the CPU: Int8Params quantizes only on a move *from* the CPU (a weight already on the GPU
+        # would stay fp32, SCB unset); the codes are made on `device` by the move below
+        new.weight = bnb.nn.Int8Params(weight.to("cpu", copy=True), requires_grad=False, has_fp16_weights=False)
     else:
         new = bnb.nn.Linear4bit(linear.in_features, linear.out_features, bias=has_bias, compute_dtype=torch.float32,
                                 compress_statistics=False, quant_type="nf4", quant_storage=torch.uint8,
