@@ -256,6 +256,9 @@ class LightningBenchCLI(LightningCLI):
         Shorthand.install(parser, "--sparsity", sparsity_shorthand)
         parser.add_argument("--optimizer_8bit", type=bool, default=False,
                             help="bitsandbytes AdamW8bit instead of torch AdamW (same groups and schedule)")
+        parser.add_argument("--compile", type=Optional[str], default=None, metavar="BACKEND",
+                            help="fit: torch.compile the training step with this backend (inductor; the first "
+                                 "steps compile); evaluation and checkpoints are unchanged")
         parser.add_argument("--profile", type=bool, default=True,
                             help="measure FLOPs (first step), peak memory and throughput into the record")
         parser.add_argument("--flop_counter", type=str, default="torch", help="torch (default) or fvcore")
@@ -392,6 +395,10 @@ class LightningBenchCLI(LightningCLI):
             from lightning_bench.quantization import QuantizationCallback
 
             trainer.callbacks.append(QuantizationCallback(cfg.bits))
+        if cfg.compile:
+            if self.subcommand != "fit":
+                raise ConfigError("--compile applies to fit (training steps); drop it from " + str(self.subcommand))
+            self.model.use_compile(cfg.compile)
         if cfg.optimizer_8bit:
             from lightning_bench.quantization import adamw8bit
 

@@ -41,6 +41,7 @@ def test_dry_run_runs_every_section(shared_data, tmp_path):
     mfu = sections["mfu"]
     assert mfu["flops_per_step"] > 0 and mfu["tokens_per_sec"] > 0 and mfu["attn_implementation"] == "sdpa"
     assert mfu["mfu"] is None and mfu["peak_flops"] is None  # no bf16 peak is known for a CPU
+    assert mfu["compiled"]["command"].endswith("--compile aot_eager") and mfu["compiled"]["tokens_per_sec"] > 0
     variants = sections["step_variants"]
     assert set(variants["variants"]) == {"eager", "fused"} and variants["flops_per_step"] > 0  # no compile on CPU
     assert all(v["step_s_median"] > 0 and v["mfu"] is None for v in variants["variants"].values())
