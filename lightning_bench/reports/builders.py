@@ -2,14 +2,16 @@
 
   sweep    perplexity vs sparsity per method (the dense line dashed), one figure per (dataset, context
            length); perplexity vs context length per method, one per dataset; a method x sparsity table
-  trainer  one table of the fit/validate/test records; a loss curve per fit that recorded one
+  trainer  one table of the fit/validate/test records; a loss curve per fit (its CSV log's steps, else epochs)
 Downstream and long-context grids: reports/downstream_builders.py.
 """
 
 from __future__ import annotations
 
+import csv
 import math
 from pathlib import Path
+from typing import Optional
 
 from lightning_bench.reports.figures import Figure, Series, Table, warnings_of
 from lightning_bench.reports.provenance import file_safe, provenance
@@ -106,22 +108,58 @@ def _trainer_provenance(record: dict) -> str:
                       protocol=" ".join(f"{k}={protocol[k]}" for k in ("name", "window", "stride") if k in protocol))
 
 
+def metrics_csv(record: dict, path: Path) -> Optional[Path]:
+    """The fit's CSV log (Lightning's CSVLogger: `{default_root_dir}/{name}/{run_id}/metrics.csv`): the path
+    the record names (`logs.csv`, relative to where the run started), else looked up by run id under the
+    record's folder and under the run's `default_root_dir`; None when neither holds it (a W&B-logged run)."""
+    folder, run_id = Path(path).parent, record.get("run_id")
+    named = (record.get("logs") or {}).get("csv")
+    if named and Path(named).is_file():
+        return Path(named)
+    if not run_id:
+        return None
+    root = ((record.get("config") or {}).get("trainer") or {}).get("default_root_dir")
+    for base in (folder, *([Path(root)] if root else [])):
+        hits = sorted(base.glob(f"*/{run_id}/metrics.csv")) if base.is_dir() else []
+        if hits:
+            return hits[0]
+    return None
+
+
+def _csv_curves(csv_path: Path) -> list[Series]:
+    """Training loss at every logged step and validation loss at every validation, from the CSV log."""
+    train, val = ([], []), ([], [])
+    with open(csv_path, newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            for key, (xs, ys) in (("train/loss", train), ("val/loss", val)):
+                if row.get(key) and row.get("step"):
+                    xs.append(int(float(row["step"])) + 1)  # Lightning logs the step before it is counted
+                    ys.append(float(row[key]))
+    return [Series(label, xs, ys, points=label.startswith("validation") and len(xs) < 3)
+            for label, (xs, ys) in (("train (logged steps)", train), ("validation", val)) if xs]
+
+
 def _loss_curve(record: dict, path: Path) -> list[Figure]:
-    """Training cross-entropy per epoch beside the validation cross-entropy (ln of each validation's
-    perplexity): one unit, nats/token, so the two curves share an axis."""
-    series = []
-    if record.get("epoch_losses"):
-        losses = record["epoch_losses"]
-        series.append(Series("train (mean per epoch)", list(range(1, len(losses) + 1)), list(losses)))
-    ppls = [p for p in record.get("epoch_perplexities") or [] if p and p > 0]
-    if ppls:
-        series.append(Series("validation (ln ppl)", list(range(1, len(ppls) + 1)), [math.log(p) for p in ppls]))
+    """Training and validation cross-entropy of a fit, one axis in nats/token: per logged step from the fit's
+    CSV log when it is found (`metrics_csv`), else per epoch from the record (training: the epoch's mean;
+    validation: ln of each validation's perplexity)."""
+    log = metrics_csv(record, path)
+    series = _csv_curves(log) if log is not None else []
+    xlabel = "optimizer step"
+    if not series:
+        xlabel = "epoch (validation: validation run)"
+        if record.get("epoch_losses"):
+            losses = record["epoch_losses"]
+            series.append(Series("train (mean per epoch)", list(range(1, len(losses) + 1)), list(losses)))
+        ppls = [p for p in record.get("epoch_perplexities") or [] if p and p > 0]
+        if ppls:
+            series.append(Series("validation (ln ppl)", list(range(1, len(ppls) + 1)), [math.log(p) for p in ppls]))
     if not series:
         return []
     name = file_safe(f"loss_{Path(path).stem}")
-    return [Figure(name, f"{record.get('model_name', '')} on {record.get('dataset', '')}: loss",
-                   "epoch (validation: validation run)", "cross-entropy (nats/token)", series,
-                   _trainer_provenance(record), str(path), warnings_of(series))]
+    source = f"{path} (curves: {log})" if log is not None else str(path)
+    return [Figure(name, f"{record.get('model_name', '')} on {record.get('dataset', '')}: loss", xlabel,
+                   "cross-entropy (nats/token)", series, _trainer_provenance(record), source, warnings_of(series))]
 
 
 def trainer_items(records: list[tuple[dict, Path]]) -> list:

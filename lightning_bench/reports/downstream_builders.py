@@ -6,6 +6,8 @@
   Pareto              score vs mean peak KV MiB (`cache.kv_bytes_peak_mean`), one point per cell
   RULER heatmap       (tasks `ruler/...`) per method: rows sparsity level, columns needle depth, value the
                       mean per-example score there
+  RULER by length     (`length_items`, over cells of several grids: one grid runs one length) per method:
+                      rows sparsity level, columns the context length, value the cell's score
 and one table of every cell. Cells given in budget tokens are in the table only (no sparsity axis).
 """
 
@@ -137,6 +139,43 @@ def _heatmaps(task: str, cells: list[Cell], prefix: str) -> list[Figure]:
                               f"{task}, {method}: mean {cells[0]['primary_metric']} by needle depth",
                               "needle depth (% of the context)", "sparsity level, protocol", [],
                               _cells_provenance(cells, task), cells[0]["_source"], heatmap=heatmap))
+    return figures
+
+
+def context_length(cell) -> int | None:
+    """The context length a cell's examples were built for: a RULER set's split is its length (`generate_ruler
+    --lengths`), else the grid's `max_length`."""
+    protocol = cell.get("protocol") or {}
+    split = str((protocol.get("data") or {}).get("split") or "")
+    return int(split) if split.isdigit() else protocol.get("max_length")
+
+
+def length_items(cells: list[Cell], prefix: str) -> list[Figure]:
+    """RULER score by context length, from cells of any number of grids (one grid runs one length): for every
+    `ruler/...` task with cells at two or more lengths, a heatmap per method: rows the sparsity level and
+    protocol (dense first), columns the lengths, values the cell's score (its primary metric)."""
+    by_task = defaultdict(list)
+    for cell in cells:
+        if cell["task"].startswith("ruler/") and context_length(cell) and cell.get("budget_kind", "sparsity") == "sparsity":
+            by_task[cell["task"]].append(cell)
+    figures = []
+    for task, group in by_task.items():
+        lengths = sorted({context_length(c) for c in group})
+        if len(lengths) < 2:
+            continue
+        dense = [c for c in group if c["method"] == "dense"]
+        for method in dict.fromkeys(c["method"] for c in group if c["method"] != "dense"):
+            rows: dict[str, dict] = {"dense": {context_length(c): _score(c) for c in dense}} if dense else {}
+            for cell in sorted((c for c in group if c["method"] == method),
+                               key=lambda c: (c["level"], c["compression_protocol"])):
+                rows.setdefault(f"{cell['level']:g} {cell['compression_protocol']}", {})[context_length(cell)] = _score(cell)
+            heatmap = {"rows": list(rows), "cols": [str(n) for n in lengths],
+                       "values": [[row.get(n) for n in lengths] for row in rows.values()]}
+            figures.append(Figure(file_safe(f"{prefix}_{task}_{method}_length_heatmap"),
+                                  f"{task}, {method}: {group[0]['primary_metric']} by context length",
+                                  "context length (tokens)", "sparsity level, protocol", [],
+                                  _cells_provenance(group, task), ", ".join(sorted({c["_source"] for c in group})),
+                                  heatmap=heatmap))
     return figures
 
 

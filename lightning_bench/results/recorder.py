@@ -81,6 +81,19 @@ def callback_fields(trainer, pl_module, key: Optional[str] = None) -> dict:
     return fields
 
 
+def log_files(trainer) -> dict:
+    """Where the run's logger wrote: {"csv": metrics.csv} for the CSV logger, {"wandb": run dir} for W&B
+    (reports draw the loss curves from the CSV)."""
+    files = {}
+    for logger in getattr(trainer, "loggers", []):
+        kind = type(logger).__name__
+        if kind == "CSVLogger" and getattr(logger, "log_dir", None):
+            files["csv"] = str(Path(logger.log_dir) / "metrics.csv")
+        elif kind == "WandbLogger" and getattr(logger, "save_dir", None):
+            files["wandb"] = str(logger.save_dir)
+    return files
+
+
 def model_size(trainer, pl_module, contributed: Optional[dict] = None) -> dict:
     """model_size_mb measured from the stored tensors, unless a callback measures it (with --bits 8/4:
     the low-bit model's size, its breakdown and what was done)."""
@@ -294,6 +307,7 @@ class ResultsRecorder(L.Callback):
             "parameters": pl_module.parameter_counts(),
             "baselines": baselines,
             "config": self.config,
+            "logs": log_files(trainer),
             "meta": run_meta(seed=self.seed, datamodule=dm, precision_note=self.precision_note,
                              protocol=dm.protocol(split) if split and hasattr(dm, "protocol") else None,
                              extra=extra_meta),

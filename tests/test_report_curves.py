@@ -1,0 +1,65 @@
+"""Fit loss curves in reports: read from the run's CSV log (every logged step, every validation), found through
+the record; the record's per-epoch values when no log is found."""
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+from lightning_bench.reports.builders import metrics_csv, trainer_items
+from tests.test_cli import QUIET, run
+
+
+def tiny_fit(tiny_corpus, capsys, root: str) -> tuple[dict, Path]:
+    code, _, err = run(["fit", "--model", "transformer", "--model.n_layer", "1", "--model.d_model", "32",
+                        "--model.n_head", "2", "--data", "text", "--data.path", str(tiny_corpus), "--data.seq_len",
+                        "16", "--data.batch_size", "4", "--trainer.max_steps", "12", "--trainer.log_every_n_steps", "2",
+                        "--trainer.val_check_interval", "6", *QUIET, "--results_dir", root,
+                        "--trainer.default_root_dir", root], capsys)
+    assert code in (0, None), err
+    path = next(p for p in Path(root).glob("*.json") if p.stem.count("_") > 3)  # the run's own file
+    return json.loads(path.read_text()), path
+
+
+def test_loss_curve_is_the_csv_log_of_the_fit(tiny_corpus, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    record, path = tiny_fit(tiny_corpus, capsys, "runs")
+    log = metrics_csv(record, path)
+    assert log is not None and Path(record["logs"]["csv"]) == log  # the record names its log
+    rows = list(csv.DictReader(open(log)))
+    expected_train = [(int(r["step"]) + 1, float(r["train/loss"])) for r in rows if r.get("train/loss")]
+    expected_val = [(int(r["step"]) + 1, float(r["val/loss"])) for r in rows if r.get("val/loss")]
+    assert len(expected_train) >= 5 and len(expected_val) == 2  # every 2nd step; validations at steps 6 and 12
+    table, curve = trainer_items([(record, path)])
+    train, validation = curve.series
+    assert list(zip(train.x, train.y)) == expected_train
+    assert list(zip(validation.x, validation.y)) == expected_val
+    assert curve.xlabel == "optimizer step" and str(log) in curve.source
+
+    # a record that does not name its log (written before it did) finds it by run id beside the record
+    del record["logs"]
+    assert metrics_csv(record, path) == log
+    # no log anywhere: the record's per-epoch values
+    shutil.rmtree(log.parent)
+    _, epochs = trainer_items([(record, path)])
+    assert epochs.xlabel.startswith("epoch") and epochs.series[0].y == record["epoch_losses"]
+
+
+def test_ruler_length_heatmap_takes_each_cell_score_at_its_length():
+    """Cells of two grids (4096 and 8192): per method a heatmap of level x length; a task at one length has none."""
+    import copy
+
+    from lightning_bench.reports.downstream_builders import Cell, length_items
+    from tests.test_report import grid_cells
+
+    cells = []
+    for length, scores in ((4096, (50.0, 40.0)), (8192, (30.0, 10.0))):
+        for cell, score in zip(copy.deepcopy(grid_cells()), scores):
+            cell["protocol"]["data"]["split"] = str(length)
+            cell["metrics"]["string_match"] = score
+            cells.append(Cell(cell, _source=f"grid{length}"))
+    (figure,) = length_items(cells, "all")
+    assert figure.name == "all_ruler_niah_single_1_h2o_length_heatmap"
+    assert figure.heatmap == {"rows": ["dense", "0.5 query_aware"], "cols": ["4096", "8192"],
+                              "values": [[50.0, 30.0], [40.0, 10.0]]}
+    assert length_items(cells[:2], "one") == []
