@@ -29,6 +29,16 @@ def list_aliases(argv: list[str]) -> int:
     return 0
 
 
+def downstream(argv: list[str]) -> int:
+    """`lightning_bench downstream` (experiments/downstream); its --wandb run also gets the figures and tables
+    `lightning_bench report` makes of the grid (reports/wandb_log.py), handed in here: experiments sit below
+    reports and do not import them."""
+    from lightning_bench.experiments.downstream import main as run_downstream
+    from lightning_bench.reports.wandb_log import log_downstream
+
+    return run_downstream(argv, wandb_extras=log_downstream)
+
+
 # Subcommands that are not Lightning trainer entry points: name -> "module:function(argv) -> exit code".
 # Imported when called, so `lightning_bench fit` does not pay for them at start-up.
 EXTRA_COMMANDS: dict[str, str] = {
@@ -36,7 +46,7 @@ EXTRA_COMMANDS: dict[str, str] = {
     "multi_dataset": "lightning_bench.experiments.multi_dataset:main",
     "generation": "lightning_bench.experiments.generation:main",
     "sweep": "lightning_bench.experiments.sweep:main",
-    "downstream": "lightning_bench.experiments.downstream:main",
+    "downstream": "lightning_bench.cli:downstream",
     "infinitebench_generate": "lightning_bench.data.infinitebench_generate:main",
     "generate_ruler": "lightning_bench.data.ruler_generate:main",
     "export_documents": "lightning_bench.data.export_documents:main",

@@ -23,6 +23,7 @@ import re
 import shlex
 import time
 from pathlib import Path
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -69,7 +70,9 @@ def group_name(cell) -> str:
     return f"{cell.task.replace('/', '-')}__{cell.protocol}_seed{cell.seed}"
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], wandb_extras: Optional[Callable[[Any, Path], None]] = None) -> int:
+    """The grid of `argv`; with --wandb, `wandb_extras(logger, results_path)` also logs into its W&B run (cli.py
+    hands in the report's figures and tables, reports/wandb_log.py)."""
     parsed = parse_command(COMMAND, DownstreamConfig, list(argv), description=DownstreamConfig.__doc__)
     cfg = parsed.config
     check_output("--results_dir", cfg.results_dir)  # the experiment folder, checked before any model loads
@@ -118,5 +121,5 @@ def main(argv: list[str]) -> int:
     print(f"{PROG} {COMMAND}: wrote {results_path} and {summary_path}")
     print(summary_path.read_text())
     if cfg.wandb:
-        log_wandb(cfg, cfg.name, config, grid, records)
+        log_wandb(cfg, cfg.name, config, grid, records, results_path, wandb_extras)
     return 0

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Callable, Optional
 
 from lightning_bench.experiments.core.grid import DENSE
 from lightning_bench.experiments.downstream.scoring import PAIRED_METHOD, paired_difference
@@ -107,8 +108,11 @@ def write_report(folder: Path, name: str, config: dict, meta: dict, grid, record
     return results_path, summary_path
 
 
-def log_wandb(cfg, name: str, config: dict, grid, records: dict) -> None:
-    """One W&B run per driver call: a table of the cells, and each cell's figures as summary values."""
+def log_wandb(cfg, name: str, config: dict, grid, records: dict, results_path: Optional[Path] = None,
+              extras: Optional[Callable[[Any, Path], None]] = None) -> None:
+    """One W&B run per driver call: a table of the cells, each cell's figures as summary values, and what
+    `extras(logger, results_path)` logs before the run ends (the CLI's: the report's figures and tables of the
+    grid, reports/wandb_log.py; this layer does not import reports)."""
     from lightning_bench.logging_setup import wandb_logger
 
     logger = wandb_logger(project="lightning_bench", save_dir=cfg.wandb_dir, name=f"downstream-{name}", group=name,
@@ -127,4 +131,6 @@ def log_wandb(cfg, name: str, config: dict, grid, records: dict) -> None:
                      if isinstance(v, (int, float)) and not isinstance(v, bool)})
     logger.log_table("downstream/cells", columns=columns, data=rows)
     logger.log_metrics(flat)
+    if extras is not None:
+        extras(logger, results_path)
     logger.experiment.finish()
