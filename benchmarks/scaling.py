@@ -31,8 +31,13 @@ cores busy, those threads wait on one another inside every op and timings inflat
 (`--threads 1` avoids it); timings on a shared 2-core machine are noisy at the +-10-20% level
 even so.
 
+`--out FILE` also writes the run as one JSON record (kind "scaling": every row, each floor, the growth
+ratios, how it was measured and `meta`), the input of `lightning_bench report` (docs/results.md,
+"Reports"). FILE must not exist: that is checked before anything is measured, and nothing is replaced.
+
     python benchmarks/scaling.py                                   # all models, 512..8192
     python benchmarks/scaling.py --models bk --seq-lens 256 512 --reps 1
+    python benchmarks/scaling.py --threads 1 --out scaling.json    # the table, and the record for report
 """
 
 from __future__ import annotations
@@ -41,10 +46,12 @@ import argparse
 import json
 import math
 import os
+import shlex
 import statistics
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 
 MODELS = ("bk", "mamba", "transformer")
 DEFAULT_SEQ_LENS = (512, 1024, 2048, 4096, 8192)
@@ -198,6 +205,52 @@ def _fmt(x, spec: str) -> str:
     return format(x, spec) if x is not None else format("n/a", spec.split(".")[0])
 
 
+# ---------------------------------------------------------------------------------------------
+# The record (--out)
+# ---------------------------------------------------------------------------------------------
+def _refuse(message: str):
+    print(f"{os.path.basename(sys.argv[0]) or 'scaling.py'}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_out(path: str) -> None:
+    """Before anything is measured: FILE is new and can be written (one error line and exit 2 if not)."""
+    from lightning_bench.errors import ConfigError
+    from lightning_bench.results.io import check_output
+
+    if os.path.lexists(path):
+        _refuse(f"--out {path}: exists; name a new file (a record is never replaced)")
+    try:
+        check_output("--out", path, kind="file")
+    except ConfigError as err:
+        _refuse(str(err))
+
+
+def _row(r: dict) -> dict:
+    """One (model, seq_len) of the record: the printed columns at full precision (None where skipped)."""
+    done = "skipped" not in r
+    row = {"model": r["model"], "seq_len": r["seq_len"], "ms": r.get("ms"),
+           "us_per_token": 1e3 * r["ms"] / r["seq_len"] if done else None, "mem_mib": r.get("mem_mib"),
+           "mib_per_1k_tokens": r["mem_mib"] * 1e3 / r["seq_len"] if done else None, "params": r.get("params"),
+           "times_ms": r.get("times_ms")}
+    row.update({k: r[k] for k in ("attn", "skipped") if k in r})
+    return row | ({"mem_note": r["mem_note"]} if r.get("mem_note") else {})
+
+
+def write_record(path: str, argv: list[str], rows: list[dict], floors: dict, growth: dict, how: dict) -> None:
+    from lightning_bench.results.io import write_json_atomic
+    from lightning_bench.results.meta import git_revision, package_versions
+
+    if os.path.lexists(path):  # made by someone else while this ran: still never replaced
+        _refuse(f"--out {path}: appeared while this ran; not replaced (the table above holds the numbers)")
+    meta = {"created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "versions": package_versions(), "git": git_revision(),
+            "command": shlex.join(["python", "benchmarks/scaling.py", *argv]), "argv": list(argv)}
+    write_json_atomic(path, {"kind": "scaling", "rows": rows, "floors": floors, "growth": growth, "how": how,
+                             "meta": meta})
+    print(f"record: {path}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
@@ -214,6 +267,9 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=None,
                         help="torch.set_num_threads in each config (default: leave torch's default)")
     parser.add_argument("--cpu", action="store_true", help="stay on CPU even if CUDA is available")
+    parser.add_argument("--out", metavar="FILE", default=None,
+                        help="also write the run as one JSON record (rows, floors, growth, how, meta) to FILE, "
+                             "which must not exist (checked before anything is measured)")
     parser.add_argument("--one", nargs=2, metavar=("MODEL", "SEQ_LEN"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.reps < 1:
@@ -223,6 +279,8 @@ def main(argv=None):
         name, seq_len = args.one[0], int(args.one[1])
         print(RESULT_TAG + json.dumps(run_one(name, seq_len, args)), flush=True)
         return
+    if args.out:
+        check_out(args.out)
 
     start = time.perf_counter()
     seq_lens = sorted(set(args.seq_lens))
@@ -284,26 +342,43 @@ def main(argv=None):
         num, den = (b[key] - base) / top, (a[key] - base) / lo
         return num / den if den > 0 else None
 
+    growth = {}
     for name in args.models:
         done = [n for n in seq_lens if "skipped" not in results[name, n]]
         a = results[name, lo]
         top = done[-1] if done else hi  # fall back to the longest length that finished
         b = results[name, top]
         ok = lo in done and top > lo
-        line = (f"{name:<12}{_fmt(ratio(a, b, 'ms', top) if ok else None, '>12.2f')}"
-                f"{_fmt(ratio(a, b, 'mem_mib', top) if ok else None, '>14.2f')}")
+        f = floors.get(name) or {}
+        net_ok = ok and bool(args.floor_len) and "skipped" not in f
+        g = growth[name] = {"time_per_token": ratio(a, b, "ms", top) if ok else None,
+                            "memory_per_token": ratio(a, b, "mem_mib", top) if ok else None,
+                            "net_time": ratio(a, b, "ms", top, f["ms"]) if net_ok else None,
+                            "net_memory": ratio(a, b, "mem_mib", top, f["mem_mib"]) if net_ok else None,
+                            "from": lo, "to": top if ok else None}
+        line = f"{name:<12}{_fmt(g['time_per_token'], '>12.2f')}{_fmt(g['memory_per_token'], '>14.2f')}"
         if args.floor_len:
-            f = floors[name]
-            net_ok = ok and "skipped" not in f
-            line += (f"{_fmt(ratio(a, b, 'ms', top, f['ms']) if net_ok else None, '>10.2f')}"
-                     f"{_fmt(ratio(a, b, 'mem_mib', top, f['mem_mib']) if net_ok else None, '>12.2f')}")
+            line += f"{_fmt(g['net_time'], '>10.2f')}{_fmt(g['net_memory'], '>12.2f')}"
         if not ok:
             line += f"   (needs {lo} and a longer length to finish)"
         elif top != hi:
             line += (f"   only {top}/{lo} ({top // lo}x tokens; {hi} skipped): "
                      f"quadratic would be {top / lo:.0f}")
         print(line)
-    print(f"\ntotal wall time {time.perf_counter() - start:.1f} s (load avg {os.getloadavg()[0]:.2f} at end)")
+    wall = time.perf_counter() - start
+    print(f"\ntotal wall time {wall:.1f} s (load avg {os.getloadavg()[0]:.2f} at end)")
+    if args.out:
+        rows = [_row(results[name, n]) for name in args.models for n in seq_lens]
+        how = {"device": device, "torch": version, "threads": threads, "cpus": os.cpu_count(),
+               "load_avg_start": load, "d_model": args.d_model, "layers": args.layers, "vocab": args.vocab,
+               "batch": 1, "reps": args.reps, "timeout_s": args.timeout, "floor_len": args.floor_len,
+               "transformer_heads": 4 if args.d_model % 4 == 0 else 1, "memory": f"{mem_label}, MiB",
+               "timed": "one training step's forward + backward (no optimizer step) at batch 1, loss = cross-entropy "
+                        "on random targets (+ the weighted load-balancing loss for bk); 1 warm-up, then the median "
+                        f"of {args.reps} timed steps; each (model, seq_len) in a fresh process",
+               "wall_s": wall}
+        write_record(args.out, list(sys.argv[1:] if argv is None else argv), rows,
+                     {name: _row(f) for name, f in floors.items()}, growth, how)
 
 
 if __name__ == "__main__":

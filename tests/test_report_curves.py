@@ -6,6 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from lightning_bench.reports.builders import metrics_csv, trainer_items
 from tests.test_cli import QUIET, run
 
@@ -63,3 +65,29 @@ def test_ruler_length_heatmap_takes_each_cell_score_at_its_length():
     assert figure.heatmap == {"rows": ["dense", "0.5 query_aware"], "cols": ["4096", "8192"],
                               "values": [[50.0, 30.0], [40.0, 10.0]]}
     assert length_items(cells[:2], "one") == []
+
+
+def test_a_report_stopped_halfway_leaves_nothing_under_its_name(tmp_path, capsys, monkeypatch):
+    """The folder is written whole beside the target and renamed into place: a failure while drawing leaves
+    neither a half report nor the hidden partial folder, and the same command then succeeds."""
+    from lightning_bench.reports import report
+    from tests.test_report import write_inputs
+
+    inputs = write_inputs(tmp_path)
+    drawn, original = [], report.render
+
+    def render_then_fail(figure, folder):
+        drawn.append(figure.name)
+        if len(drawn) == 2:
+            raise OSError("disk full (injected)")
+        return original(figure, folder)
+
+    monkeypatch.setattr(report, "render", render_then_fail)
+    with pytest.raises(OSError, match="injected"):
+        run(["report", *inputs, "-o", str(tmp_path / "out")], capsys)
+    assert len(drawn) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["grid", "runs", "sweep.json"]  # no out, no partial
+    monkeypatch.setattr(report, "render", original)
+    code, out, err = run(["report", *inputs, "-o", str(tmp_path / "out")], capsys)
+    assert code == 0, err
+    assert (tmp_path / "out" / "report.html").is_file() and "wrote" in out

@@ -29,6 +29,7 @@ class Series:
     dashed: bool = False  # a reference, e.g. the dense line
     points: bool = False  # markers only, never joined (per-seed values, significance marks)
     marker: str = "o"
+    labels: Optional[list] = None  # text written beside each point (e.g. its bits), as long as x
 
 
 @dataclass
@@ -44,6 +45,7 @@ class Figure:
     heatmap: Optional[dict] = None  # {"rows": [...], "cols": [...], "values": [[...]]}; None: series
     scatter: bool = False  # points without lines (a Pareto figure: no order between the cells)
     bars: bool = False  # one bar per x (categories, e.g. tasks); `points` series are drawn over them
+    log_x: bool = False  # a logarithmic x axis, ticked at the x values drawn (e.g. sequence lengths)
 
 
 @dataclass
@@ -96,8 +98,21 @@ def _draw_series(ax, figure: Figure) -> None:
             ax.errorbar(s.x, s.y, yerr=[below, above], capsize=3, **style)
         else:
             ax.plot(s.x, s.y, **style)
+        for x, y, text in zip(s.x, s.y, s.labels or []):
+            ax.annotate(str(text), (x, y), textcoords="offset points", xytext=(4, 4), fontsize="small")
     if figure.series:
         ax.legend(fontsize="small")
+
+
+def _log_x(ax, figure: Figure) -> None:
+    """A log x axis whose ticks are the x values drawn (a few): 512, 1024, ... rather than powers of ten."""
+    from matplotlib.ticker import NullFormatter
+
+    ax.set_xscale("log")
+    xs = sorted({x for s in figure.series for x in s.x if _finite(x) and x > 0})
+    if 0 < len(xs) <= 12:
+        ax.set_xticks(xs, [format(x, "g") for x in xs])
+        ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def _draw_heatmap(fig, ax, heatmap: dict) -> None:
@@ -123,6 +138,8 @@ def render(figure: Figure, folder: Path) -> tuple[Path, Path]:
         _draw_heatmap(fig, ax, figure.heatmap)
     else:
         _draw_series(ax, figure)
+        if figure.log_x:
+            _log_x(ax, figure)
         ax.grid(alpha=0.3)
     ax.set(title=figure.title, xlabel=figure.xlabel, ylabel=figure.ylabel)
     if figure.warning:

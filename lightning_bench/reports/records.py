@@ -10,6 +10,8 @@ one per cell of an experiment). What is a record is read from its writers (docs/
                        before it exists, the seed cells beside it
   multi_dataset        `{model}_multi_dataset.json`, one row per dataset: the mean test ppl over seeds
                        (each seed's fit and test records are rows of their own)
+  scaling              `benchmarks/scaling.py --out FILE`, one row per model: microseconds per token at the
+                       longest length measured
 
 A row reached by several paths (a latest link, a copy, the merged view) is listed once. Progress files
 (`partial/`) and significance tests are never rows; any other JSON file, or one that cannot be read, is
@@ -202,6 +204,19 @@ def multi_dataset_rows(record: dict, path: Path) -> list[Row]:
                  value=mean) for name, mean in record["perplexities"].items()]
 
 
+def scaling_rows(record: dict, path: Path) -> list[Row]:
+    how, rows = record.get("how") or {}, []
+    for model in dict.fromkeys(r["model"] for r in record["rows"]):
+        done = [r for r in record["rows"] if r["model"] == model and "skipped" not in r]
+        last = max(done, key=lambda r: r["seq_len"]) if done else {}
+        cost = (_cost(last["seq_len"] * 1e3 / last["ms"]) + f"; mem {last['mem_mib']:.4g} MiB") if last else "skipped"
+        rows.append(_row("scaling", record.get("meta"), path, str(path.resolve()), model=model,
+                         protocol=f"fwd+bwd batch {how.get('batch', 1)} {how.get('device', '')}".strip(),
+                         metric=f"us/token @ {last['seq_len']}" if last else "us/token", value=last.get("us_per_token"),
+                         cost=cost))
+    return rows
+
+
 def reader_of(record):
     """The function that reads `record`'s rows, IGNORED for a file that is no row, None if unknown."""
     if not isinstance(record, dict):
@@ -222,6 +237,8 @@ def reader_of(record):
         return IGNORED if "tests" in record else generation_rows
     if {"per_seed", "perplexities", "model_name"} <= set(record):
         return multi_dataset_rows
+    if record.get("kind") == "scaling" and isinstance(record.get("rows"), list):
+        return scaling_rows
     if set(record) == {"fingerprint", "examples", "cells"}:  # a group's progress (core/store.py)
         return IGNORED
     return None

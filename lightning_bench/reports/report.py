@@ -13,13 +13,15 @@ import csv
 import io
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lightning_bench.errors import ConfigError
 from lightning_bench.reports import records
 from lightning_bench.reports.builders import sweep_items, trainer_items
-from lightning_bench.reports.downstream_builders import Cell, downstream_items
+from lightning_bench.reports.cost_builders import quantization_items, scaling_items
+from lightning_bench.reports.downstream_builders import Cell, downstream_items, length_items
 from lightning_bench.reports.experiment_builders import (generation_items, models_items,
                                                          multi_dataset_items, task_items)
 from lightning_bench.reports.figures import Figure, Table, render
@@ -27,7 +29,7 @@ from lightning_bench.reports.figures import Figure, Table, render
 COMMAND = "report"
 BUILT = {records.trainer_rows: "trainer", records.sweep_rows: "sweep", records.downstream_rows: "downstream",
          records.task_rows: "task", records.generation_rows: "generation",
-         records.multi_dataset_rows: "multi_dataset"}
+         records.multi_dataset_rows: "multi_dataset", records.scaling_rows: "scaling"}
 DAMAGED = (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError)
 
 
@@ -128,6 +130,8 @@ def gather(files: list[Path]) -> Gathered:
             grids.setdefault(_grid_of(path), []).append(Cell(record, _source=str(_grid_of(path))))
         elif kind == "sweep":
             _add(got, f"Sweep {path}", lambda: sweep_items(record, path), [path])
+        elif kind == "scaling":
+            _add(got, f"Scaling: time and memory per token ({path})", lambda: scaling_items(record, path), [path])
         elif kind == "task":
             _add(got, f"test --task {path}", lambda: task_items(record, path), [path])
         elif kind == "generation":
@@ -142,8 +146,11 @@ def gather(files: list[Path]) -> Gathered:
         _add(got, f"Downstream grid {name} ({where})", lambda: downstream_items(cells, name, str(where)), [where])
     if len(summaries) > 1:  # e.g. the transformer, bk and mamba summaries of one results folder
         _add(got, "Models compared (multi_dataset)", lambda: models_items(summaries), [])
+    cells = [cell for grid in grids.values() for cell in grid]  # lengths come from different grids
+    _add(got, "RULER by context length", lambda: length_items(cells, "ruler"), list(grids))
     if trainer:
         _add(got, "Fit / validate / test records", lambda: trainer_items(trainer), [p for _, p in trainer])
+        _add(got, "Quantization", lambda: quantization_items(trainer), [p for _, p in trainer])  # runs at 2+ bits
     return got
 
 
@@ -216,8 +223,15 @@ def main(argv: list[str]) -> int:
     if not got.sections:
         raise ConfigError(f"{COMMAND}: no record with figures found in {', '.join(cfg.paths)} "
                           "(figures: sweep, downstream / long-context grids, fit/validate/test, test --task, generation, "
-                          "multi_dataset)")
-    figures, tables = write_report(out, got, inputs)
+                          "multi_dataset, scaling)")
+    # written whole into a hidden sibling, then renamed into place: a run stopped halfway leaves no half report
+    # under the name asked for (the sibling's relative links are the same as the final folder's)
+    partial = out.parent / f".{out.name}.partial-{os.getpid()}"
+    try:
+        figures, tables = write_report(partial, got, inputs)
+        os.replace(partial, out)  # onto a missing or empty folder (check_paths)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
     print(f"wrote {out / 'report.html'} and {out / 'report.md'}: {figures} figures, {tables} tables")
     if cfg.wandb:
         log_wandb(cfg, out, got)
@@ -228,24 +242,11 @@ def log_wandb(cfg: ReportConfig, out: Path, got: Gathered) -> None:
     """The written report as one W&B run: every figure's PNG as an image (its provenance the caption), every
     table as a W&B Table, under `report/<name>`; grouped by the report folder's name."""
     from lightning_bench.logging_setup import wandb_logger
+    from lightning_bench.reports.wandb_log import log_items
 
     logger = wandb_logger(project="lightning_bench", save_dir=cfg.wandb_dir, name=f"report-{out.name}",
                           group=out.name, job_type="report")
     logger.log_hyperparams({"inputs": list(cfg.paths), "report": str(out)})
-    for item in (item for _, section in got.sections for item in section):
-        if isinstance(item, Figure):
-            logger.log_image(f"report/{item.name}", images=[str(out / "figures" / f"{item.name}.png")],
-                             caption=[item.provenance])
-        else:
-            logger.log_table(f"report/{item.name}", columns=list(item.columns),
-                             data=[[cell_value(v) for v in row] for row in item.rows])
+    log_items(logger, (item for _, section in got.sections for item in section),
+              lambda figure: out / "figures" / f"{figure.name}.png", "report")
     logger.experiment.finish()
-
-
-def cell_value(value):
-    """A table cell as W&B Tables take it: a blank (a missing figure) is None, since a Table types each
-    column by its first value and a column of numbers refuses an empty string; anything not a number or
-    text as its text."""
-    if value == "" or value is None:
-        return None
-    return value if isinstance(value, (int, float, str)) else str(value)
