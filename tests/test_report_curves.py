@@ -76,11 +76,11 @@ def test_a_report_stopped_halfway_leaves_nothing_under_its_name(tmp_path, capsys
     inputs = write_inputs(tmp_path)
     drawn, original = [], report.render
 
-    def render_then_fail(figure, folder):
+    def render_then_fail(figure, folder, formats):
         drawn.append(figure.name)
         if len(drawn) == 2:
             raise OSError("disk full (injected)")
-        return original(figure, folder)
+        return original(figure, folder, formats)
 
     monkeypatch.setattr(report, "render", render_then_fail)
     with pytest.raises(OSError, match="injected"):
@@ -91,3 +91,13 @@ def test_a_report_stopped_halfway_leaves_nothing_under_its_name(tmp_path, capsys
     code, out, err = run(["report", *inputs, "-o", str(tmp_path / "out")], capsys)
     assert code == 0, err
     assert (tmp_path / "out" / "report.html").is_file() and "wrote" in out
+
+
+def test_svg_false_writes_png_only_and_the_page_links_no_svg(tmp_path, capsys):
+    from tests.test_report import write_inputs
+
+    code, _, err = run(["report", *write_inputs(tmp_path), "-o", str(tmp_path / "out"), "--svg", "false"], capsys)
+    assert code == 0, err
+    figures = tmp_path / "out" / "figures"
+    assert list(figures.glob("*.png")) and not list(figures.glob("*.svg"))
+    assert ".svg" not in (tmp_path / "out" / "report.md").read_text()

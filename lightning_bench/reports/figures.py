@@ -125,8 +125,8 @@ def _draw_heatmap(fig, ax, heatmap: dict) -> None:
     fig.colorbar(image, ax=ax)
 
 
-def render(figure: Figure, folder: Path) -> tuple[Path, Path]:
-    """`folder/NAME.png` and `folder/NAME.svg`, the warning printed on the axes. Drawn on an Agg canvas of
+def render(figure: Figure, folder: Path, formats: tuple[str, ...] = ("png", "svg")) -> list[Path]:
+    """`folder/NAME.png` (and `.svg`, or whatever else `formats` names), the warning printed on the axes. Drawn on an Agg canvas of
     its own (no pyplot): no global backend state, nothing opened on a display."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure as Canvas
@@ -147,8 +147,8 @@ def render(figure: Figure, folder: Path) -> tuple[Path, Path]:
                 fontsize="small", bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "firebrick"})
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for fmt in ("png", "svg"):
+    for fmt in formats:
         buffer = io.BytesIO()
         fig.savefig(buffer, format=fmt, dpi=100, metadata={"Date": None} if fmt == "svg" else None)
         written.append(write_bytes_atomic(folder / f"{figure.name}.{fmt}", buffer.getvalue()))
-    return written[0], written[1]
+    return written

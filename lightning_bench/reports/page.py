@@ -35,14 +35,15 @@ def _markdown_table(table: Table) -> list[str]:
     return [line(table.columns), "|" + "---|" * len(table.columns), *(line(r) for r in table.rows)]
 
 
-def markdown(sections: list[tuple[str, list]], folder: Path, header: list[str]) -> str:
+def markdown(sections: list[tuple[str, list]], folder: Path, header: list[str], svg: bool = True) -> str:
     out = ["# lightning_bench report", "", *header, ""]
     for heading, items in sections:
         out += [f"## {heading}", ""]
         for item in items:
             out += [f"### {item.title}", ""]
             if isinstance(item, Figure):
-                out += [f"![{item.title}](figures/{item.name}.png) ([SVG](figures/{item.name}.svg))", ""]
+                out += [f"![{item.title}](figures/{item.name}.png)"
+                        + (f" ([SVG](figures/{item.name}.svg))" if svg else ""), ""]
                 out += [f"**Warning: {item.warning}**", ""] if item.warning else []
             else:
                 out += [*_markdown_table(item), "", f"CSV: [tables/{item.name}.csv](tables/{item.name}.csv)", ""]

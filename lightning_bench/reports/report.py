@@ -3,8 +3,8 @@
     lightning_bench report PATH... [-o DIR]
 
 PATH: record files or folders searched for them (reports/records.py decides what a record is). DIR
-(default `report`) is new or empty: report.md, report.html (self-contained), figures/NAME.png and .svg,
-tables/NAME.csv. What each figure shows: docs/results.md ("Reports").
+(default `report`) is new or empty: report.md, report.html (self-contained), figures/NAME.png and .svg
+(`--svg false`: PNG only), tables/NAME.csv. What each figure shows: docs/results.md ("Reports").
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ class ReportConfig:
     """record files, or folders searched with their subfolders"""
     output: str = "report"
     """the report folder (-o): new, or empty (nothing in it is ever replaced)"""
+    svg: bool = True
+    """also write each figure as SVG beside its PNG (false: PNG only, e.g. a report kept in a repository)"""
     wandb: bool = False
     """also log the report as one W&B run (job type `report`): each figure an image, each table a W&B Table;
     offline unless logged in"""
@@ -187,7 +189,7 @@ def write_csv(path: Path, table: Table) -> None:
     write_text_atomic(path, text.getvalue())
 
 
-def write_report(out: Path, got: Gathered, inputs: list[Path]) -> tuple[int, int]:
+def write_report(out: Path, got: Gathered, inputs: list[Path], svg: bool = True) -> tuple[int, int]:
     from lightning_bench.reports.page import markdown, page_html
     from lightning_bench.results.io import write_text_atomic
 
@@ -197,14 +199,14 @@ def write_report(out: Path, got: Gathered, inputs: list[Path]) -> tuple[int, int
     items = [item for _, section in got.sections for item in section]
     for item in items:
         if isinstance(item, Figure):
-            render(item, out / "figures")
+            render(item, out / "figures", ("png", "svg") if svg else ("png",))
         else:
             write_csv(out / "tables" / f"{item.name}.csv", item)
     header = [f"Inputs: {', '.join(map(str, inputs))}"]
     header += [f"Skipped (not a lightning_bench record, or unreadable): {', '.join(map(str, got.skipped))}"] \
         if got.skipped else []
     header += [f"Records without figures yet: {', '.join(got.not_yet)}"] if got.not_yet else []
-    write_text_atomic(out / "report.md", markdown(got.sections, out, header))
+    write_text_atomic(out / "report.md", markdown(got.sections, out, header, svg))
     write_text_atomic(out / "report.html", page_html(got.sections, out, header))
     figures = sum(isinstance(i, Figure) for i in items)
     return figures, len(items) - figures
@@ -228,7 +230,7 @@ def main(argv: list[str]) -> int:
     # under the name asked for (the sibling's relative links are the same as the final folder's)
     partial = out.parent / f".{out.name}.partial-{os.getpid()}"
     try:
-        figures, tables = write_report(partial, got, inputs)
+        figures, tables = write_report(partial, got, inputs, cfg.svg)
         os.replace(partial, out)  # onto a missing or empty folder (check_paths)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
