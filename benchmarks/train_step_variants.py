@@ -97,7 +97,8 @@ def measure(sizes: dict, device: torch.device, peak_flops: float | None = None,
         if device.type == "cuda":
             torch.cuda.empty_cache()
     for variant in variants:
-        results[variant]["speedup_x_eager"] = results["eager"]["step_s_median"] / results[variant]["step_s_median"]
+        if "eager" in results:
+            results[variant]["speedup_x_eager"] = results["eager"]["step_s_median"] / results[variant]["step_s_median"]
     return {"variants": results, "flops_per_step": flops, "tokens_per_step": tokens, "peak_flops": peak_flops,
             "how": {"sizes": sizes, "device": str(device), "torch": torch.__version__,
                     "variants": {"eager": "bf16 autocast, fp32 weights, AdamW foreach (what fit --bits 16 runs)",

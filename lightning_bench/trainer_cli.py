@@ -398,6 +398,11 @@ class LightningBenchCLI(LightningCLI):
         if cfg.compile:
             if self.subcommand != "fit":
                 raise ConfigError("--compile applies to fit (training steps); drop it from " + str(self.subcommand))
+            import torch._dynamo
+
+            backends = torch._dynamo.list_backends(exclude_tags=())
+            if cfg.compile not in backends:
+                raise ConfigError(f"--compile {cfg.compile}: not a torch.compile backend; valid: {', '.join(backends)}")
             self.model.use_compile(cfg.compile)
         if cfg.optimizer_8bit:
             from lightning_bench.quantization import adamw8bit

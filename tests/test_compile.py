@@ -48,6 +48,14 @@ def test_compiled_steps_train_as_eager_steps_do(tiny_corpus, tmp_path, monkeypat
     assert graphs, "dynamo never traced the training step"
 
 
+def test_an_unknown_backend_is_one_line_before_training(tiny_corpus, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(["fit", *MODEL, "--data", "text", "--data.path", str(tiny_corpus), *QUIET,
+                        "--compile", "inductr"], capsys)
+    assert code == 2 and "lightning_bench: error: --compile inductr: not a torch.compile backend; valid:" in err
+    assert "inductor" in err and not (tmp_path / "benchmark_results").exists()
+
+
 def test_compile_outside_fit_is_refused(tiny_corpus, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, _, err = run(["test", *MODEL, "--data", "text", "--data.path", str(tiny_corpus), *QUIET,

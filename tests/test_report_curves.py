@@ -40,7 +40,7 @@ def test_loss_curve_is_the_csv_log_of_the_fit(tiny_corpus, capsys, tmp_path, mon
 
     # a record that does not name its log (written before it did) finds it by run id beside the record
     del record["logs"]
-    assert metrics_csv(record, path) == log
+    assert metrics_csv(record, path).resolve() == log.resolve()
     # no log anywhere: the record's per-epoch values
     shutil.rmtree(log.parent)
     _, epochs = trainer_items([(record, path)])
@@ -61,10 +61,20 @@ def test_ruler_length_heatmap_takes_each_cell_score_at_its_length():
             cell["metrics"]["string_match"] = score
             cells.append(Cell(cell, _source=f"grid{length}"))
     (figure,) = length_items(cells, "all")
-    assert figure.name == "all_ruler_niah_single_1_h2o_length_heatmap"
+    assert figure.name.startswith("all_") and figure.name.endswith("_ruler_niah_single_1_h2o_length_heatmap")
+    assert not figure.warning
     assert figure.heatmap == {"rows": ["dense", "0.5 query_aware"], "cols": ["4096", "8192"],
                               "values": [[50.0, 30.0], [40.0, 10.0]]}
     assert length_items(cells[:2], "one") == []
+    # another model's cells never share the heatmap; the same model measured twice keeps the first, says so
+    other = copy.deepcopy(cells[2:])
+    for cell in other:
+        cell["protocol"]["model"] = {"pretrained": "/models/other-360m"}
+        cell["metrics"]["string_match"] = 99.0
+    (again,) = length_items(cells + other, "all")
+    assert again.heatmap == figure.heatmap
+    (twice,) = length_items(cells + copy.deepcopy(cells[2:]), "all")
+    assert twice.heatmap == figure.heatmap and twice.warning == "2 cells measured twice: the first read is shown"
 
 
 def test_a_report_stopped_halfway_leaves_nothing_under_its_name(tmp_path, capsys, monkeypatch):
@@ -91,6 +101,17 @@ def test_a_report_stopped_halfway_leaves_nothing_under_its_name(tmp_path, capsys
     code, out, err = run(["report", *inputs, "-o", str(tmp_path / "out")], capsys)
     assert code == 0, err
     assert (tmp_path / "out" / "report.html").is_file() and "wrote" in out
+
+
+def test_the_current_folder_is_refused_as_the_report_folder(tmp_path, capsys, monkeypatch):
+    from tests.test_report import write_inputs
+
+    inputs = write_inputs(tmp_path / "in")
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    code, _, err = run(["report", *inputs, "-o", "."], capsys)
+    assert code == 2 and "-o .: the current folder; name a new folder" in err
+    assert not list((tmp_path / "here").iterdir())
 
 
 def test_svg_false_writes_png_only_and_the_page_links_no_svg(tmp_path, capsys):

@@ -110,16 +110,16 @@ def _trainer_provenance(record: dict) -> str:
 
 def metrics_csv(record: dict, path: Path) -> Optional[Path]:
     """The fit's CSV log (Lightning's CSVLogger: `{default_root_dir}/{name}/{run_id}/metrics.csv`): the path
-    the record names (`logs.csv`, relative to where the run started), else looked up by run id under the
-    record's folder and under the run's `default_root_dir`; None when neither holds it (a W&B-logged run)."""
+    the record names (`logs.csv`, absolute), else looked up by run id under the record's folder and under the
+    run's `default_root_dir` (default `logs`) from here; None when none holds it (a W&B-logged run)."""
     folder, run_id = Path(path).parent, record.get("run_id")
     named = (record.get("logs") or {}).get("csv")
     if named and Path(named).is_file():
         return Path(named)
     if not run_id:
         return None
-    root = ((record.get("config") or {}).get("trainer") or {}).get("default_root_dir")
-    for base in (folder, *([Path(root)] if root else [])):
+    root = ((record.get("config") or {}).get("trainer") or {}).get("default_root_dir") or "logs"  # Lightning's default
+    for base in (folder, Path(root)):
         hits = sorted(base.glob(f"*/{run_id}/metrics.csv")) if base.is_dir() else []
         if hits:
             return hits[0]

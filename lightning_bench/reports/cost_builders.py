@@ -131,12 +131,15 @@ def _word_ppl(record: dict):
 
 def _group_key(record: dict) -> tuple:
     sparsity = record.get("sparsity") or {}
+    # the parameter count (logical: a 4-bit layer counts its weights, not its packed bytes) tells two sizes of
+    # one family apart, which model_name ("transformer") does not
     return (record["model_name"], record.get("dataset", ""), record["stage"], record.get("seq_len"),
-            _sparsity(sparsity.get("method"), sparsity.get("ratio"), sparsity.get("budget_tokens")))
+            _sparsity(sparsity.get("method"), sparsity.get("ratio"), sparsity.get("budget_tokens")),
+            (record.get("parameters") or {}).get("total"))
 
 
 def _groups(records: list[tuple[dict, Path]]) -> dict:
-    """(model, data, stage, seq_len, sparsity) -> its records, bits high to low, newest first within one bits;
+    """(model, data, stage, seq_len, sparsity, parameters) -> its records, bits high to low, newest first within one bits;
     only the groups run at two or more bits."""
     found: dict[tuple, list] = {}
     for record, path in records:
@@ -148,9 +151,11 @@ def _groups(records: list[tuple[dict, Path]]) -> dict:
 
 
 def _group_title(key: tuple, keys: list[tuple]) -> str:
-    model, data, stage, seq_len, sparsity = key
+    model, data, stage, seq_len, sparsity, parameters = key
     lengths = {k[3] for k in keys if k[:3] == key[:3]}
-    extra = [f"seq_len {seq_len}" if len(lengths) > 1 else "", f"sparsity {sparsity}" if sparsity else ""]
+    sizes = {k[5] for k in keys if k[:3] == key[:3]}
+    extra = [f"seq_len {seq_len}" if len(lengths) > 1 else "", f"sparsity {sparsity}" if sparsity else "",
+             f"{parameters:,} parameters" if len(sizes) > 1 and parameters else ""]
     return f"{model} on {data} ({stage}{''.join(f', {e}' for e in extra if e)})"
 
 

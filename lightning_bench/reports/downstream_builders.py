@@ -152,29 +152,35 @@ def context_length(cell) -> int | None:
 
 def length_items(cells: list[Cell], prefix: str) -> list[Figure]:
     """RULER score by context length, from cells of any number of grids (one grid runs one length): for every
-    `ruler/...` task with cells at two or more lengths, a heatmap per method: rows the sparsity level and
-    protocol (dense first), columns the lengths, values the cell's score (its primary metric)."""
-    by_task = defaultdict(list)
+    (model, `ruler/...` task) with cells at two or more lengths, a heatmap per method: rows the sparsity level
+    and protocol (dense first), columns the lengths, values the cell's score (its primary metric). Two cells
+    at one place (two grids of one model and length) keep the first read, and the figure says so."""
+    groups = defaultdict(list)
     for cell in cells:
         if cell["task"].startswith("ruler/") and context_length(cell) and cell.get("budget_kind", "sparsity") == "sparsity":
-            by_task[cell["task"]].append(cell)
+            groups[model_name((cell.get("protocol") or {}).get("model") or {}), cell["task"]].append(cell)
     figures = []
-    for task, group in by_task.items():
+    for (model, task), group in groups.items():
         lengths = sorted({context_length(c) for c in group})
         if len(lengths) < 2:
             continue
-        dense = [c for c in group if c["method"] == "dense"]
         for method in dict.fromkeys(c["method"] for c in group if c["method"] != "dense"):
-            rows: dict[str, dict] = {"dense": {context_length(c): _score(c) for c in dense}} if dense else {}
-            for cell in sorted((c for c in group if c["method"] == method),
-                               key=lambda c: (c["level"], c["compression_protocol"])):
-                rows.setdefault(f"{cell['level']:g} {cell['compression_protocol']}", {})[context_length(cell)] = _score(cell)
+            rows: dict[str, dict] = {}
+            clashes = 0
+            chosen = sorted((c for c in group if c["method"] in ("dense", method)),
+                            key=lambda c: (c["method"] != "dense", c["level"], c["compression_protocol"]))
+            for cell in chosen:
+                row = "dense" if cell["method"] == "dense" else f"{cell['level']:g} {cell['compression_protocol']}"
+                at = rows.setdefault(row, {})
+                clashes += context_length(cell) in at
+                at.setdefault(context_length(cell), _score(cell))
             heatmap = {"rows": list(rows), "cols": [str(n) for n in lengths],
                        "values": [[row.get(n) for n in lengths] for row in rows.values()]}
-            figures.append(Figure(file_safe(f"{prefix}_{task}_{method}_length_heatmap"),
-                                  f"{task}, {method}: {group[0]['primary_metric']} by context length",
+            figures.append(Figure(file_safe(f"{prefix}_{model}_{task}_{method}_length_heatmap"),
+                                  f"{task}, {method} ({model}): {group[0]['primary_metric']} by context length",
                                   "context length (tokens)", "sparsity level, protocol", [],
                                   _cells_provenance(group, task), ", ".join(sorted({c["_source"] for c in group})),
+                                  f"{clashes} cells measured twice: the first read is shown" if clashes else "",
                                   heatmap=heatmap))
     return figures
 

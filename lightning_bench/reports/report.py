@@ -63,6 +63,8 @@ def check_paths(cfg: ReportConfig) -> tuple[Path, list[Path]]:
     from lightning_bench.results.io import check_output
 
     out = Path(cfg.output)
+    if out.resolve() == Path.cwd().resolve():  # it is renamed into place, and the working folder cannot be
+        raise ConfigError(f"{COMMAND}: -o {out}: the current folder; name a new folder (e.g. -o report)")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"{COMMAND}: -o {out}: exists and is not an empty folder; name a new folder "
                           "(a report never replaces files)")

@@ -88,9 +88,9 @@ def log_files(trainer) -> dict:
     for logger in getattr(trainer, "loggers", []):
         kind = type(logger).__name__
         if kind == "CSVLogger" and getattr(logger, "log_dir", None):
-            files["csv"] = str(Path(logger.log_dir) / "metrics.csv")
+            files["csv"] = str((Path(logger.log_dir) / "metrics.csv").resolve())
         elif kind == "WandbLogger" and getattr(logger, "save_dir", None):
-            files["wandb"] = str(logger.save_dir)
+            files["wandb"] = str(Path(logger.save_dir).resolve())
     return files
 
 

@@ -131,6 +131,8 @@ def log_wandb(cfg, name: str, config: dict, grid, records: dict, results_path: O
                      if isinstance(v, (int, float)) and not isinstance(v, bool)})
     logger.log_table("downstream/cells", columns=columns, data=rows)
     logger.log_metrics(flat)
-    if extras is not None:
-        extras(logger, results_path)
-    logger.experiment.finish()
+    try:
+        if extras is not None:
+            extras(logger, results_path)
+    finally:  # the run is closed (and what was logged kept) even when the extras fail
+        logger.experiment.finish()
