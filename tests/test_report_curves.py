@@ -36,7 +36,7 @@ def test_loss_curve_is_the_csv_log_of_the_fit(tiny_corpus, capsys, tmp_path, mon
     train, validation = curve.series
     assert list(zip(train.x, train.y)) == expected_train
     assert list(zip(validation.x, validation.y)) == expected_val
-    assert curve.xlabel == "optimizer step" and str(log) in curve.source
+    assert curve.xlabel == "optimizer step" and "curves: runs/" in curve.provenance and curve.source == str(path)
 
     # a record that does not name its log (written before it did) finds it by run id beside the record
     del record["logs"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -157,9 +158,10 @@ def _loss_curve(record: dict, path: Path) -> list[Figure]:
     if not series:
         return []
     name = file_safe(f"loss_{Path(path).stem}")
-    source = f"{path} (curves: {log})" if log is not None else str(path)
+    shown = os.path.relpath(log) if log is not None and not os.path.relpath(log).startswith("..") else log
+    how = _trainer_provenance(record) + (f"; curves: {shown}" if log is not None else "; curves: the record's epochs")
     return [Figure(name, f"{record.get('model_name', '')} on {record.get('dataset', '')}: loss", xlabel,
-                   "cross-entropy (nats/token)", series, _trainer_provenance(record), source, warnings_of(series))]
+                   "cross-entropy (nats/token)", series, how, str(path), warnings_of(series))]
 
 
 def trainer_items(records: list[tuple[dict, Path]]) -> list:
