@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Packs what benchmarks/gpu_check.sh needs on a GPU machine that reaches no package index and no ../shared,
-# in three ignored folders small enough to travel one per device call (docs/gpu.md):
+# in LB_GPU_PARTS (default 4) ignored folders small enough to travel one per device call (docs/gpu.md):
 #   .gpu/part1  kit.tar.gz (the packages the image lacks, a slim bitsandbytes, the data files, SmolLM2's
 #               tokenizer files) + the first chunk of the SmolLM2 Q4_1 GGUF
-#   .gpu/part2, .gpu/part3  the other two GGUF chunks
+#   .gpu/part2 ...          the other GGUF chunks
 # Each part also holds manifest.txt (sha256 of the whole GGUF and of each chunk) and commit.json (the tree's
 # git revision: the copy that travels has no .git).
 #
@@ -66,16 +66,19 @@ find "$TOKENIZER" -maxdepth 1 -type f ! -name 'model.safetensors' ! -name 'confi
   -exec cp {} "$work/kit/tokenizer/" \;
 tar -czf "$work/kit.tar.gz" -C "$work/kit" .
 
-rm -rf .gpu && mkdir -p .gpu/part1 .gpu/part2 .gpu/part3
+# LB_GPU_PARTS parts (default 4) of about the same size: a call carries the tracked tree (~30 MB with
+# docs/report) plus one part within its 64 MiB
+PARTS=${LB_GPU_PARTS:-4}
+rm -rf .gpu && for p in $(seq 1 "$PARTS"); do mkdir -p ".gpu/part$p"; done
 mv "$work/kit.tar.gz" .gpu/part1/
-# three parts of about the same size: the first GGUF chunk is smaller by the kit
-"$PY" - "$GGUF" "$(stat -c %s .gpu/part1/kit.tar.gz)" <<'EOF'
+# the first GGUF chunk is smaller by the kit
+"$PY" - "$GGUF" "$(stat -c %s .gpu/part1/kit.tar.gz)" "$PARTS" <<'EOF'
 import sys
-gguf, kit = sys.argv[1], int(sys.argv[2])
+gguf, kit, parts = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 data = open(gguf, "rb").read()
-per = -(-(len(data) + kit) // 3)
-cuts = [0, per - kit, per - kit + per, len(data)]
-for i in range(3):
+per = -(-(len(data) + kit) // parts)
+cuts = [0] + [min(len(data), per * (i + 1) - kit) for i in range(parts - 1)] + [len(data)]
+for i in range(parts):
     with open(f".gpu/part{i + 1}/smollm2.gguf.{i}", "wb") as out:
         out.write(data[cuts[i]:cuts[i + 1]])
 EOF
@@ -84,6 +87,6 @@ EOF
   (cd .gpu && sha256sum part*/smollm2.gguf.*)
 } > "$work/manifest.txt"
 "$PY" -c "import json; from lightning_bench.results.meta import git_revision; print(json.dumps(git_revision()))" > "$work/commit.json"
-for p in 1 2 3; do cp "$work/manifest.txt" "$work/commit.json" ".gpu/part$p/"; done
-du -sh .gpu/part1 .gpu/part2 .gpu/part3
+for p in $(seq 1 "$PARTS"); do cp "$work/manifest.txt" "$work/commit.json" ".gpu/part$p/"; done
+du -sh .gpu/part*
 echo "tracked + untracked files that travel with every call: $(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1) bytes"
