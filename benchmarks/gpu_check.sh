@@ -5,7 +5,7 @@
 #   bash benchmarks/gpu_check.sh --dry-run --out /tmp/x.json      # CPU, tiny sizes: what the test suite runs
 #
 # On the GPU machine (no package index there) the kit that benchmarks/gpu_pack.sh made travels as
-# .gpu/part1..3: this script unpacks it into /tmp (the pure-Python packages the image lacks, a slim
+# .gpu/part1..N (gpu_pack.sh): this script unpacks it into /tmp (the pure-Python packages the image lacks, a slim
 # bitsandbytes, the data files, the tokenizer), rebuilds SmolLM2 from the split GGUF, and points the check
 # at them. Without .gpu (or with --model / --dry-run) the installed environment and ../shared/data are used.
 # Extra arguments go to benchmarks/gpu_check.py (--help lists them).
