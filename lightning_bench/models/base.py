@@ -182,7 +182,7 @@ class LanguageModule(L.LightningModule):
         unchanged; only language-model training steps run the compiled function (a classification fine-tune's
         step stays eager). The FLOP-counted first step of a run, a resumed one's too, runs eagerly, so a
         resumed compiled fit continues closely but not bit for bit. On an H200, a 202M-parameter Transformer
-        stepped 1.74x faster with inductor than eagerly (22.8% -> 39.7% MFU, both with a fused AdamW; docs/gpu.md)."""
+        stepped 1.68x faster with inductor than eagerly (22.5% -> 37.9% MFU; docs/gpu.md)."""
         self.compile_backend = backend
         self._compiled_losses = None if backend is None else torch.compile(self._train_losses, backend=backend)
 
