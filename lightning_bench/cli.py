@@ -92,6 +92,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         from lightning_bench.trainer_cli import finish_loggers, run_cli
 
         cli = run_cli(argv)
+        if getattr(cli, "trainer", None) is not None and cli.config.get(cli.subcommand, {}).get("wandb"):
+            from lightning_bench.reports.wandb_log import log_records
+
+            log_records(cli.trainer)  # the report's figures and tables of the records, into the same W&B run
         finish_loggers(cli.trainer)
     except Exception as err:  # noqa: BLE001 - user errors may arrive wrapped by jsonargparse
         user_error = find_config_error(err)

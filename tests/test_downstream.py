@@ -280,3 +280,5 @@ def test_downstream_scores_reach_the_wandb_run(tiny_hf, tmp_path, capsys):
     logged = {key: value for row in history for key, value in row.items()}
     record = _record(tmp_path / "benchmark_results", "hf-" + tiny_hf.name)
     assert logged["downstream/glue/sst2/accuracy"] == pytest.approx(record["glue"]["sst2"])
+    tables = [k for k in logged if k.startswith("record/task_") and k.endswith("/_type")]  # the report's table
+    assert len(tables) == 1 and logged[tables[0]] == "table-file"

@@ -18,3 +18,9 @@ def test_wandb_offline_run_reads_back(tiny_corpus, capsys, tmp_path):
     logged = {key for row in history for key in row}
     assert {"train/loss", "train/lr", "train/ppl", "val/ppl", "val/loss"} <= logged
     assert sum("train/loss" in row for row in history) == 4  # one row per step, log_every_n_steps=1
+    # the report's figures and tables of the record, in the same run: the record table, the loss curve image
+    assert logged >= {"record/trainer_records/_type", "record/trainer_records/nrows"}
+    loss = [key for key in logged if key.startswith("record/loss_") and key.endswith("/_type")]
+    assert len(loss) == 1
+    images = list(runs[0].glob("files/media/images/record/loss_*.png"))
+    assert len(images) == 1

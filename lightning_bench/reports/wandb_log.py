@@ -43,3 +43,43 @@ def log_downstream(logger, results_path: Path) -> None:
     items = downstream_items(cells, results_path.stem.removesuffix("_results"), str(results_path))
     folder = Path(logger.experiment.dir).parent / "figures"
     log_items(logger, items, lambda figure: render(figure, folder)[0], "downstream")
+
+
+def written_records(trainer) -> list[Path]:
+    """The record files a fit / validate / test wrote (ResultsRecorder's; DownstreamRecorder's for --task)."""
+    paths = []
+    for callback in getattr(trainer, "callbacks", []):
+        written = getattr(callback, "written", None)
+        if isinstance(written, dict):
+            paths += [Path(p) for p in written.values()]
+        elif written:  # a --task run writes the merged view and its own file: the figures are of this run
+            own = Path(written).with_name(f"{Path(written).stem}_{getattr(callback, 'run_id', '')}.json")
+            paths.append(own if own.is_file() else Path(written))
+    return paths
+
+
+def log_records(trainer) -> None:
+    """Into the W&B run of a fit / validate / test (`--wandb true`): the figures and tables `lightning_bench
+    report` makes of the records it wrote (the record table, a fit's loss curves from its CSV log when it has
+    one, a --task run's scores), under `record/<name>`. Without a W&B logger: nothing."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    from lightning_bench.reports import records
+    from lightning_bench.reports.builders import trainer_items
+    from lightning_bench.reports.experiment_builders import task_items
+
+    logger = next((lg for lg in getattr(trainer, "loggers", []) if isinstance(lg, WandbLogger)), None)
+    paths = written_records(trainer)
+    if logger is None or not paths:
+        return
+    items, trainer_records = [], []
+    for path in paths:
+        record = json.loads(path.read_text())
+        reader = records.reader_of(record)
+        if reader is records.task_rows:
+            items += task_items(record, path)
+        elif reader is records.trainer_rows:
+            trainer_records.append((record, path))
+    items = trainer_items(trainer_records) + items
+    folder = Path(logger.experiment.dir).parent / "figures"
+    log_items(logger, items, lambda figure: render(figure, folder)[0], "record")
