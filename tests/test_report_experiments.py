@@ -50,6 +50,8 @@ def test_multi_dataset_table_and_figure_show_seeds_and_sample_std(tmp_path):
                                                          [220.0, None])
     assert (seeds.x, seeds.y, seeds.points) == (["ptb"] * 3 + ["wikitext2"], [200.0, 210.0, 220.0, 300.0], True)
     assert figure.warning == "one seed (no spread): wikitext2"
+    _, one_dataset = multi_dataset_items(summary(tmp_path, "bk", {"ptb": {1: 247.0, 2: 248.0}}), Path("bk.json"))
+    assert one_dataset.warning == "one dataset: one mean"
     assert "seeds 1 2 3" in figure.provenance and "preset configs/compare/transformer_small.yaml" in figure.provenance
 
 

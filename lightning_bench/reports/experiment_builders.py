@@ -88,8 +88,9 @@ def multi_dataset_items(record: dict, path: Path) -> list:
     means = _mean_series("mean over seeds (error bar: sample std)", record, datasets)
     seeds = [(d, v) for d in datasets for v in (record["per_seed"].get(d) or {}).values()]
     series = [means, Series("each seed", [d for d, _ in seeds], [v for _, v in seeds], points=True, marker="x")]
-    warning = "; ".join(w for w in (warnings_of([means]),
-                                    _seed_warning([(d, _spread(record, d)[2]) for d in datasets])) if w)
+    # one dataset is one mean, however many seeds are drawn beside it: said as such, not as "one point"
+    single = ("one dataset: one mean" if len(seeds) > 1 else warnings_of([means])) if len(datasets) == 1 else ""
+    warning = "; ".join(w for w in (single, _seed_warning([(d, _spread(record, d)[2]) for d in datasets])) if w)
     return [table, Figure(name, f"{model}: test perplexity per dataset", "dataset", "test perplexity", series, prov,
                           str(path), warning, scatter=True)]
 
