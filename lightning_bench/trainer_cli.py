@@ -395,7 +395,7 @@ class LightningBenchCLI(LightningCLI):
             from lightning_bench.quantization import QuantizationCallback
 
             trainer.callbacks.append(QuantizationCallback(cfg.bits))
-        if cfg.compile:
+        if cfg.compile is not None:  # "" included: not a backend, said below
             if self.subcommand != "fit":
                 raise ConfigError("--compile applies to fit (training steps); drop it from " + str(self.subcommand))
             import torch._dynamo

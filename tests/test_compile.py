@@ -62,3 +62,10 @@ def test_compile_outside_fit_is_refused(tiny_corpus, capsys, tmp_path, monkeypat
                         "--compile", "inductor"], capsys)
     assert code == 2 and "lightning_bench: error: --compile applies to fit" in err
     assert not (tmp_path / "benchmark_results").exists()
+
+
+def test_an_empty_backend_is_refused_not_ignored(tiny_corpus, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(["fit", *MODEL, "--data", "text", "--data.path", str(tiny_corpus), *QUIET, "--compile", ""],
+                       capsys)
+    assert code == 2 and "lightning_bench: error: --compile : not a torch.compile backend" in err

@@ -122,13 +122,21 @@ def test_trainer_table_and_loss_curve():
 
 
 class Page(HTMLParser):
+    """The report page's figures (img sources), tables and section headings (h2)."""
+
     def __init__(self):
         super().__init__()
-        self.images, self.tables = [], 0
+        self.images, self.tables, self.headings, self._h2 = [], 0, [], False
 
     def handle_starttag(self, tag, attrs):
         self.images += [dict(attrs)["src"]] if tag == "img" else []
         self.tables += tag == "table"
+        self._h2 = tag == "h2"
+
+    def handle_data(self, data):
+        if self._h2:
+            self.headings.append(data)
+            self._h2 = False
 
 
 def write_inputs(root: Path) -> list[str]:
@@ -140,14 +148,9 @@ def write_inputs(root: Path) -> list[str]:
     return [str(root / "sweep.json"), str(root / "grid"), str(root / "runs")]
 
 
-def test_report_folder_end_to_end(tmp_path, capsys):
-    inputs, out = write_inputs(tmp_path), tmp_path / "out"
-    code, stdout, err = run(["report", *inputs, "-o", str(out)], capsys)
-    assert code == 0, err
-    items = [i for _, section in gather(files_of([Path(p) for p in inputs])).sections for i in section]
-    figures, tables = [i for i in items if isinstance(i, Figure)], [i for i in items if isinstance(i, Table)]
-    # sweep: 2 figures + its table; grid: score, Pareto, one heatmap + its table; fit: loss curve + the table
-    assert len(figures) == 6 and len(tables) == 3
+def check_written(out: Path, figures: list, tables: list) -> tuple["Page", str]:
+    """Every figure as PNG and SVG, every table as its CSV, the HTML page holding each figure and table, the
+    Markdown page each figure with its provenance; (the parsed HTML page, the Markdown text)."""
     for figure in figures:
         assert (out / "figures" / f"{figure.name}.png").stat().st_size > 0
         assert (out / "figures" / f"{figure.name}.svg").read_text().lstrip().startswith("<?xml")
@@ -157,9 +160,21 @@ def test_report_folder_end_to_end(tmp_path, capsys):
     page = Page()
     page.feed((out / "report.html").read_text())
     assert len(page.images) == len(figures) and page.tables == len(tables)
-    assert all(src.startswith("data:image/png;base64,") for src in page.images)
     text = (out / "report.md").read_text()
     assert all(f"figures/{f.name}.png" in text and f.provenance in text for f in figures)
+    return page, text
+
+
+def test_report_folder_end_to_end(tmp_path, capsys):
+    inputs, out = write_inputs(tmp_path), tmp_path / "out"
+    code, stdout, err = run(["report", *inputs, "-o", str(out)], capsys)
+    assert code == 0, err
+    items = [i for _, section in gather(files_of([Path(p) for p in inputs])).sections for i in section]
+    figures, tables = [i for i in items if isinstance(i, Figure)], [i for i in items if isinstance(i, Table)]
+    # sweep: 2 figures + its table; grid: score, Pareto, one heatmap + its table; fit: loss curve + the table
+    assert len(figures) == 6 and len(tables) == 3
+    page, text = check_written(out, figures, tables)
+    assert all(src.startswith("data:image/png;base64,") for src in page.images)
     assert "](../sweep.json)" in text  # the source, linked relative to the report folder
 
 

@@ -2,9 +2,7 @@
 quantization tables of fit / test records run at several `--bits`. The figures' data (series, point labels,
 skipped lengths) read back against the records, the `results` row of a scaling record, and one report folder."""
 
-import csv
 import json
-from html.parser import HTMLParser
 from pathlib import Path
 
 from lightning_bench.reports import records
@@ -13,6 +11,7 @@ from lightning_bench.reports.figures import Figure, Table
 from lightning_bench.reports.report import files_of, gather
 from lightning_bench.results.io import write_json_atomic
 from tests.test_cli import run
+from tests.test_report import check_written
 from tests.test_results_table import meta, trainer_record
 
 SCHEME_8 = ("bitsandbytes Linear8bitLt: int8 weights, one absmax scale per output row; at inference the activations "
@@ -151,22 +150,6 @@ def test_records_at_one_bits_make_no_quantization_section():
 
 
 # ---- one report folder over both --------------------------------------------------------------------------
-class Page(HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.images, self.tables, self.headings, self._h2 = [], 0, [], False
-
-    def handle_starttag(self, tag, attrs):
-        self.images += [dict(attrs)["src"]] if tag == "img" else []
-        self.tables += tag == "table"
-        self._h2 = tag == "h2"
-
-    def handle_data(self, data):
-        if self._h2:
-            self.headings.append(data)
-            self._h2 = False
-
-
 def test_report_draws_scaling_and_quantization(tmp_path, capsys):
     write_json_atomic(tmp_path / "in" / "scaling.json", scaling_record())
     for record, path in quant_records():
@@ -186,17 +169,7 @@ def test_report_draws_scaling_and_quantization(tmp_path, capsys):
     names = {i.name for i in items}
     assert {"scaling_time_per_token", "scaling_memory_per_1k_tokens", "scaling_rows", "scaling_growth",
             "quantization_ppl_vs_size"} <= names
-    for figure in figures:
-        assert (out / "figures" / f"{figure.name}.png").stat().st_size > 0
-        assert (out / "figures" / f"{figure.name}.svg").read_text().lstrip().startswith("<?xml")
-    for table in tables:
-        with open(out / "tables" / f"{table.name}.csv") as f:
-            assert list(csv.reader(f)) == [table.columns, *([str(v) for v in row] for row in table.rows)]
-    page = Page()
-    page.feed((out / "report.html").read_text())
-    assert len(page.images) == len(figures) and page.tables == len(tables)
+    page, text = check_written(out, figures, tables)
     assert [h for h in page.headings if h.startswith(("Scaling", "Quantization"))] == [headings[0], "Quantization"]
-    text = (out / "report.md").read_text()
-    assert all(f"figures/{f.name}.png" in text and f.provenance in text for f in figures)
     assert all(t.provenance in text for t in tables)
     assert json.loads((tmp_path / "in" / "scaling.json").read_text())["kind"] == "scaling"
