@@ -21,7 +21,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
-from typing import Callable, Literal, Optional, get_args, get_origin
+from typing import Callable, Literal, Optional, Union, get_args, get_origin
 
 import yaml
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
@@ -246,6 +246,9 @@ class LightningBenchCLI(LightningCLI):
                             help="log to Weights & Biases (offline unless you are logged in)")
         parser.add_argument("--sparsity", type=Optional[SparsityOptions], default=SparsityOptions(),
                             help="KV eviction during validate/test/predict: `--sparsity METHOD` or --sparsity.*")
+        parser.add_argument("--attention_sparsity", type=Optional[Union[str, list]], default=None, metavar="STACK",
+                            help="query-time sparse attention during validate/test: a masker stack, e.g. "
+                                 "'sink:128,local:128,oracle_topk:0.05' (docs/sparsity.md, sparsity/masking)")
         parser.add_argument("--task", action=TaskOption, default=None, metavar="NAMES",
                             help="downstream task(s): glue, glue/sst2, mmlu, ... (`lightning_bench aliases`)")
         parser.add_argument("--data.protocol", dest="protocol", type=str, default="auto",
@@ -317,6 +320,20 @@ class LightningBenchCLI(LightningCLI):
         check_output("--trainer.default_root_dir", cfg.trainer.default_root_dir or ".")
         if cfg.wandb:
             check_output("--wandb_dir", cfg.wandb_dir)
+        if cfg.attention_sparsity is not None:  # a bad stack is one line before the model loads
+            self._check_attention_sparsity(cfg)
+
+    def _check_attention_sparsity(self, cfg) -> None:
+        from lightning_bench.sparsity.masking import MaskerStack
+
+        if self.subcommand not in ("validate", "test"):
+            raise ConfigError(f"--attention_sparsity applies to validate/test, not {self.subcommand}")
+        if (cfg.sparsity or SparsityOptions()).method is not None:
+            raise ConfigError("give either --sparsity (KV eviction) or --attention_sparsity (a masker stack), not both")
+        if cfg.get("task"):
+            raise ConfigError("--attention_sparsity with --task: run the task through `lightning_bench downstream` "
+                              "with the stack as a method of its grid")
+        MaskerStack.parse(cfg.attention_sparsity)
 
     def _check_last_checkpoint(self, dirpath: Optional[Path], runs: Optional[Path] = None) -> None:
         """`--ckpt_path last`: resume the `last*.ckpt` of the newest run of this configuration (`runs`: the
@@ -409,7 +426,11 @@ class LightningBenchCLI(LightningCLI):
 
             self.model.use_8bit_optimizer(optimizer=adamw8bit)
         sp = cfg.sparsity or SparsityOptions()
-        if sp.method is not None:
+        if cfg.attention_sparsity is not None:
+            from lightning_bench.sparsity.callback import SparsityCallback
+
+            trainer.callbacks.append(SparsityCallback(attention_sparsity=cfg.attention_sparsity))
+        elif sp.method is not None:
             if self.subcommand == "fit":
                 raise ConfigError("--sparsity applies to validate/test/predict, not fit")
             from lightning_bench.sparsity.callback import SparsityCallback

@@ -316,7 +316,9 @@ class ResultsRecorder(L.Callback):
         record.update({k: v for k, v in contributed.items() if k not in record and k not in SIZE_FIELDS and v})
         sparsity = record.get("sparsity")
         suffix = "" if stage == "fit" else f"_{stage}"
-        if sparsity:  # one file per method and level, next to the dense record
+        if sparsity and sparsity.get("mechanism") == "masking":  # one file per masker stack
+            suffix += f"_attn_{sparsity['slug']}"
+        elif sparsity:  # one file per method and level, next to the dense record
             level = sparsity["ratio"] if sparsity.get("ratio") is not None else f"b{sparsity.get('budget_tokens')}"
             suffix += f"_{sparsity['method']}_s{level}"
         stem = f"{run_name(pl_module, dm, self.bits)}{suffix}"

@@ -1,4 +1,6 @@
-"""`SparsityCallback`: evaluate a LanguageModule under KV-cache eviction with the usual protocols.
+"""`SparsityCallback`: evaluate a LanguageModule under KV-cache eviction, or under query-time sparse attention
+(a masker stack, sparsity/masking: `SparsityCallback(attention_sparsity="sink:16,local:64")`, every query of a
+window sparse, the record holding density and attention error per layer), with the usual protocols.
 
 From on_{validation,test,predict}_start to the matching _end the callback holds the module inside
 `with eviction.applied(module):` (streaming.py), so its evaluation steps compute the logits with
@@ -41,15 +43,21 @@ class SparsityCallback(L.Callback):
         chunk_size: tokens per forward while streaming a window (1 = exact per-token streaming).
         interval: compress after every `interval`-th chunk.
         rerotate: re-rotate the kept keys to contiguous positions at each compression (RoPE models).
+        attention_sparsity: a masker stack (masking.MaskerStack.parse's spec) instead of an eviction method.
     """
 
     record_keys = ("sparsity",)  # what record_fields gives the run's record
 
     def __init__(self, method: str = "dense", ratio: Optional[float] = None, budget_tokens: Optional[int] = None,
                  chunk_size: int = 1, interval: int = 1, rerotate: bool = False,
-                 method_params: Optional[dict] = None, rounding: str = "ceil"):
-        self.eviction = StreamingEviction.build(method, ratio, budget_tokens, chunk_size, interval, rerotate,
-                                                method_params, rounding)
+                 method_params: Optional[dict] = None, rounding: str = "ceil", attention_sparsity=None):
+        if attention_sparsity is not None:
+            from lightning_bench.sparsity.masking.evaluation import QueryTimeSparsity
+
+            self.eviction = QueryTimeSparsity.build(attention_sparsity)
+        else:
+            self.eviction = StreamingEviction.build(method, ratio, budget_tokens, chunk_size, interval, rerotate,
+                                                    method_params, rounding)
         self.stages: dict[str, dict] = {}
         self._stage: Optional[str] = None
         self._applied = ExitStack()
@@ -70,6 +78,8 @@ class SparsityCallback(L.Callback):
         cache_fraction: its ratio to the dense figure; peak_kv_bytes: the most key/value bytes held while
         streaming one batch of windows (dense_peak_kv_bytes: the dense cache of the same batch)."""
         stage = stage or self._stage
+        if not isinstance(self.eviction, StreamingEviction):  # a masker stack: its own meter
+            return {**self.eviction.settings(), "stage": stage, **self.eviction.figures()}
         acc = self.stages.get(stage) if stage else None
         figures = {"stage": stage, "mean_cache_length": None, "dense_mean_cache_length": None, "cache_fraction": None,
                    "peak_kv_bytes": None, "dense_peak_kv_bytes": None, "compressions": 0, "scored_tokens": 0,
@@ -85,6 +95,11 @@ class SparsityCallback(L.Callback):
     # ---- applying / leaving the eviction ----------------------------------------------------------
     def _start(self, trainer, pl_module, stage: str) -> None:
         self._end()  # a stage that started before this one ended (validation inside fit) is left first
+        self._stage = stage
+        if not isinstance(self.eviction, StreamingEviction):
+            self.eviction.stack.reset()
+            self._applied.enter_context(self.eviction.applied(pl_module))
+            return
         window = getattr(getattr(trainer, "datamodule", None), "seq_len", None)
         budget_tokens = self.eviction.plan.budget_tokens
         if budget_tokens is not None and window is not None and budget_tokens > window:
@@ -95,7 +110,8 @@ class SparsityCallback(L.Callback):
         self._applied.enter_context(self.eviction.applied(pl_module))
 
     def _end(self, *_args, **_kwargs) -> None:
-        self.eviction.scored = None
+        if isinstance(self.eviction, StreamingEviction):
+            self.eviction.scored = None
         self._applied.close()
 
     # ---- Lightning hooks ----------------------------------------------------------------------
@@ -106,6 +122,8 @@ class SparsityCallback(L.Callback):
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
         labels = batch.get("labels") if isinstance(batch, dict) else None
+        if not isinstance(self.eviction, StreamingEviction):
+            return
         self.eviction.scored = None if labels is None else (labels != IGNORE_INDEX)
 
     on_test_batch_start = on_predict_batch_start = on_validation_batch_start

@@ -47,8 +47,8 @@ CAPTURE_NAME = "lb_capture"
 # chunks waste less of the causal triangle (~ chunk / 2 rows each), larger ones run fewer, bigger kernels
 CHUNK_ELEMENTS = 1 << 23
 
-# (recorder, inner attention implementation) of the innermost active `capturing` block
-_ACTIVE: list[tuple["AttentionRecorder", str]] = []
+# (recorder, inner attention implementation, masker stack) of the innermost active `capturing` block
+_ACTIVE: list[tuple] = []
 
 
 @dataclass(frozen=True)
@@ -283,10 +283,14 @@ def _inner_function(module, inner: str):
 
 
 def capture_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
-    """The `lb_capture` attention function: the original implementation's output, plus statistics."""
-    recorder, inner = _ACTIVE[-1] if _ACTIVE else (None, "sdpa")
+    """The `lb_capture` attention function: the original implementation's output (or a masker stack's, which
+    starts from it: masking.stack), plus statistics."""
+    recorder, inner, masking = _ACTIVE[-1] if _ACTIVE else (None, "sdpa", None)
     out = _inner_function(module, inner)(module, query, key, value, attention_mask, dropout=dropout,
                                          scaling=scaling, **kwargs)
+    if masking is not None and masking.applies(module.layer_idx):
+        out = (masking.attend(module.layer_idx, query, key, value, attention_mask, scaling, kwargs.get("softcap"),
+                              out[0]), None)
     if recorder is not None:
         with torch.no_grad():
             recorder.observe(module.layer_idx, query.detach(), key.detach(), attention_mask, scaling,
@@ -328,18 +332,19 @@ def _set_implementation(net, name: str) -> None:
 
 
 @contextlib.contextmanager
-def capturing(net, recorder: Optional[AttentionRecorder]):
-    """Run `net` (a transformers PreTrainedModel) with `lb_capture` feeding `recorder`; restore after.
+def capturing(net, recorder: Optional[AttentionRecorder], masking=None):
+    """Run `net` (a transformers PreTrainedModel) with `lb_capture` feeding `recorder` and attending through
+    `masking` (a masking.MaskerStack); restore after.
 
-    With recorder None this is a no-op, so callers can write `with capturing(net, maybe_recorder):`.
+    With both None this is a no-op, so callers can write `with capturing(net, maybe_recorder):`.
     """
-    if recorder is None:
+    if recorder is None and masking is None:
         yield net
         return
     register()
     original = net.config._attn_implementation
     inner = _ACTIVE[-1][1] if original == CAPTURE_NAME and _ACTIVE else _supported_inner(original)
-    _ACTIVE.append((recorder, inner))
+    _ACTIVE.append((recorder, inner, masking))
     try:
         _set_implementation(net, CAPTURE_NAME)
         if net.config._attn_implementation != CAPTURE_NAME:

@@ -67,14 +67,15 @@ cab            30% recent (`local_ratio`) + 50% importance (`importance_ratio`: 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
 
-from lightning_bench.errors import ConfigError, unknown_name
+from lightning_bench.errors import ConfigError
 from lightning_bench.sparsity.capture import Needs
+from lightning_bench.sparsity.parameters import Parameterised, build, param
 
 
 @dataclass
@@ -152,14 +153,7 @@ def _stat(view: LayerView, name: str, method: str) -> torch.Tensor:
     return stat
 
 
-def param(default, description: str, *, low=None, high=None, choices=None):
-    """A method parameter: a dataclass field whose metadata says what it means and which values are valid
-    (`low`/`high` inclusive bounds, or `choices`), so the CLI, the records and a tuner read it from one place."""
-    return field(default=default, metadata={"description": description, "low": low, "high": high,
-                                            "choices": choices})
-
-
-class Method:
+class Method(Parameterised):
     """Base class: subclasses are dataclasses whose fields are their parameters (declared with `param`);
     they set `name`, declare `needs` and implement `priority`."""
 
@@ -167,35 +161,11 @@ class Method:
     needs = Needs()  # the attention statistic `priority` reads (capture.Needs); none by default
     evicts = True
 
-    def __post_init__(self):
-        for f in fields(self):
-            value = getattr(self, f.name)
-            cast = {"float": float, "int": int}.get(str(f.type))  # a YAML `1` for a ratio is the float 1.0
-            try:
-                value = cast(value) if cast is not None else value
-            except (TypeError, ValueError):
-                raise ConfigError(f"{self.name} parameter {f.name} must be a number, got {value!r}") from None
-            setattr(self, f.name, value)
-            spec = f.metadata
-            if spec.get("choices") is not None and value not in spec["choices"]:
-                raise ConfigError(f"{self.name} parameter {f.name} must be one of {list(spec['choices'])}, got {value!r}")
-            low, high = spec.get("low"), spec.get("high")
-            if (low is not None and value < low) or (high is not None and value > high):
-                bounds = f"in [{low}, {high}]" if low is not None and high is not None else \
-                    (f">= {low}" if low is not None else f"<= {high}")
-                raise ConfigError(f"{self.name} parameter {f.name} must be {bounds}, got {value}")
-
     def priority(self, view: LayerView) -> Priority:
         raise NotImplementedError
 
-    @classmethod
-    def param_specs(cls) -> dict[str, dict]:
-        """{parameter: {default, description, low, high, choices}}: what a user or a tuner may set."""
-        return {f.name: {"default": f.default, **f.metadata} for f in fields(cls)} if is_dataclass(cls) else {}
-
     def describe(self) -> dict:
-        params = {f.name: getattr(self, f.name) for f in fields(self)} if is_dataclass(self) else {}
-        return {"method": self.name, **params}
+        return {"method": self.name, **self.params()}
 
 
 @dataclass
@@ -382,11 +352,4 @@ def make_method(name, **params) -> Method:
         if params:
             raise ConfigError(f"parameters {sorted(params)} given with an already built method {name!r}")
         return name
-    if name not in METHODS:
-        raise unknown_name("sparsity method", name, METHODS)
-    valid = list(METHODS[name].param_specs())
-    unknown = sorted(set(params) - set(valid))
-    if unknown:
-        raise ConfigError(f"unknown parameter{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} for sparsity "
-                          f"method {name!r}; valid: {', '.join(valid) or 'none'}")
-    return METHODS[name](**params)
+    return build("sparsity method", METHODS, name, params)

@@ -173,13 +173,13 @@ class StreamingEviction:
         """Score `module`'s evaluation through this eviction inside the block: it becomes the module's
         `evaluation`, or the `kv` of the one a task's evaluator set (evaluation/evaluator.py)."""
         if not hasattr(module, "evaluation"):
-            raise ConfigError(f"KV-cache eviction applies to LanguageModules, not {type(module).__name__}")
+            raise ConfigError(f"KV-cache sparsity applies to LanguageModules, not {type(module).__name__}")
         if not module.supports_kv_cache:
             raise ConfigError(f"{type(module).__name__} has no KV cache to evict from; KV-cache sparsity needs an "
                               "attention model (--model transformer or --model hf)")
         holder = module.evaluation
         if holder is not None and (not hasattr(holder, "kv") or holder.kv is not None):
-            raise RuntimeError("a KV-cache eviction is already applied to this module")
+            raise RuntimeError("a KV-cache sparsity is already applied to this module")
         if holder is None:
             module.evaluation = self
         else:

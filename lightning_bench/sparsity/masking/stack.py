@@ -1,0 +1,231 @@
+"""A masker stack: parsing, the masked attention of one call, and its meter (density, attention error).
+
+`MaskerStack.parse("sink:128,local:128,oracle_topk:0.05")` (or a YAML list: `[{sink: 128}, "local:128",
+{name: magic_pig, lsh_k: 8, lsh_l: 75}]`): maskers in order, each `name:value:value...` with values positional
+(in the masker's declared order) or `key=value`. The maskers' entries merge by adding and clamping to [0, 1]; at
+most one sampling masker per stack.
+
+The output of one (row, query head, query) over its visible keys V, with e_j = exp(s_j - max_V s) and the merged
+mask m, is the self-normalised importance-weighted sum
+
+    o = sum_{j in V, m_j > 0} (e_j / m_j) v_j  /  sum_{j in V, m_j > 0} (e_j / m_j)
+
+(MagicPIG's and vAttention's estimator; dense attention is m = 1). A row whose mask is empty or 1 on every
+visible key IS dense attention: it takes the model's own attention output for that row, bit for bit. The
+masked rows are computed here in float32, in chunks of query rows whose scores stay under
+`capture.CHUNK_ELEMENTS`, each over the keys it can see: written by hand because no attention kernel takes
+per-entry weights 1/m (sdpa's float mask adds to the scores: log(1/m) would do it, but not the exact-dense rows
+or the per-masker entries the maskers need to see).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields
+from typing import Optional, Union
+
+import torch
+
+from lightning_bench.errors import ConfigError, unknown_name
+from lightning_bench.sparsity.masking.base import MaskContext, Masker
+from lightning_bench.sparsity.parameters import build
+
+ALIASES = {"sink_masker": "sink", "local_masker": "local"}  # the earlier tuning system's config names
+
+
+def registry() -> dict[str, type[Masker]]:
+    from lightning_bench.sparsity.masking.fixed import Local, OracleTopK, OracleTopP, Quest, Sink
+    from lightning_bench.sparsity.masking.sampled import AdaptiveSampling, MagicPig, RandomSampling
+
+    return {m.name: m for m in (Sink, Local, OracleTopK, OracleTopP, Quest, RandomSampling, MagicPig,
+                                AdaptiveSampling)}
+
+
+def _value(text: str):
+    """'128' -> 128, '0.05' -> 0.05, 'true' -> True, anything else stays a string."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text.strip()
+
+
+def make_masker(name: str, args=(), params: Optional[dict] = None) -> Masker:
+    """A masker from its name (or alias), positional values in its declared parameter order and named ones."""
+    maskers = registry()
+    name = ALIASES.get(name, name)
+    if name not in maskers:
+        raise unknown_name("masker", name, maskers)
+    order = list(maskers[name].param_specs())
+    if len(args) > len(order):
+        raise ConfigError(f"masker {name!r} takes at most {len(order)} values ({', '.join(order)}), got {len(args)}")
+    given = dict(zip(order, args))
+    for key, value in (params or {}).items():
+        if key in given:
+            raise ConfigError(f"masker {name!r}: {key} given twice")
+        given[key] = value
+    return build("masker", maskers, name, given)
+
+
+def _item(item) -> Masker:
+    if isinstance(item, Masker):
+        return item
+    if isinstance(item, str):
+        name, *rest = [part.strip() for part in item.split(":")]
+        args, named = [], {}
+        for part in rest:
+            key, eq, value = part.partition("=")
+            if eq:
+                named[key.strip()] = _value(value)
+            elif named:
+                raise ConfigError(f"masker {item!r}: a positional value after a named one")
+            else:
+                args.append(_value(part))
+        return make_masker(name, args, named)
+    if isinstance(item, dict) and "name" in item:
+        return make_masker(item["name"], (), {k: v for k, v in item.items() if k != "name"})
+    if isinstance(item, dict) and len(item) == 1:
+        (name, value), = item.items()
+        if isinstance(value, dict):
+            return make_masker(name, (), value)
+        return make_masker(name, value if isinstance(value, (list, tuple)) else (() if value is None else (value,)))
+    raise ConfigError(f"a masker is 'name:value', {{name: value}} or {{name: NAME, param: value}}, got {item!r}")
+
+
+@dataclass
+class LayerMeter:
+    """Sums of one layer: kept and visible entries over the metered queries (a query whose own slot is padding
+    is not metered), and the squared norms of the dense output and of the difference."""
+
+    kept: float = 0.0
+    visible: float = 0.0
+    error_sq: float = 0.0
+    dense_sq: float = 0.0
+    calls: int = 0
+
+
+@dataclass
+class MaskerStack:
+    maskers: list
+    seed: int = 0
+    dense_layers: tuple = ()  # layers left dense (MagicPIG's and Quest's authors keep the first ones dense)
+    prefill_sparse: bool = False  # the context's queries sparse too (perplexity always is)
+    meters: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        if not self.maskers:
+            raise ConfigError("an attention sparsity stack needs at least one masker")
+        sampling = [m.name for m in self.maskers if m.sampling]
+        if len(sampling) > 1:
+            raise ConfigError(f"at most one sampling masker per stack, got {', '.join(sampling)}")
+        self.dense_layers = tuple(int(i) for i in self.dense_layers)
+
+    @classmethod
+    def parse(cls, spec: Union[str, list, "MaskerStack"], **options) -> "MaskerStack":
+        if isinstance(spec, MaskerStack):
+            return spec
+        if isinstance(spec, str):
+            items = [part for part in re.split(r"\s*,\s*", spec.strip()) if part]
+        elif isinstance(spec, (list, tuple)):
+            items = list(spec)
+        else:
+            raise ConfigError(f"--attention_sparsity takes 'name:value,...' or a list of maskers, got {spec!r}")
+        return cls([_item(item) for item in items], **options)
+
+    @property
+    def name(self) -> str:
+        """'sink:128+local:128+oracle_topk:0.05': the maskers and their first parameter."""
+        parts = []
+        for m in self.maskers:
+            values = [getattr(m, f.name) for f in fields(m)]
+            parts.append(m.name + "".join(f":{v}" for v in values[:1]))
+        return "+".join(parts)
+
+    @property
+    def slug(self) -> str:
+        """The name as a file name: 'sink128-local128-oracle_topk0.05'."""
+        return self.name.replace(":", "").replace("+", "-")
+
+    def describe(self) -> dict:
+        return {"mechanism": "masking", "slug": self.slug, "maskers": [m.describe() for m in self.maskers], "seed": self.seed,
+                "dense_layers": list(self.dense_layers), "prefill_sparse": self.prefill_sparse}
+
+    def applies(self, layer_idx: int) -> bool:
+        return layer_idx not in self.dense_layers
+
+    # ---- one attention call --------------------------------------------------------------
+    @torch.no_grad()
+    def attend(self, layer_idx: int, query, key, value, attention_mask, scaling, softcap,
+               dense: torch.Tensor) -> torch.Tensor:
+        """The masked output (B, q, Hq, D) of one call, `dense` (the model's own output, same layout) in the rows
+        the mask leaves dense; the layer's meter is updated."""
+        from lightning_bench.sparsity.capture import CHUNK_ELEMENTS, _hidden_keys
+
+        B, Hq, q, D = query.shape
+        Hkv, S = key.shape[1], key.shape[2]
+        G = Hq // Hkv
+        scale = D ** -0.5 if scaling is None else scaling
+        queries = query.float().reshape(B, Hkv, G, q, D)
+        keys, values = key.float(), value.float()
+        hidden = _hidden_keys(attention_mask, B, Hkv, G, S, query.device)
+        valid = torch.ones(B, S, dtype=torch.bool, device=query.device) if hidden is None \
+            else ~hidden.reshape(B, -1, S)[:, 0]
+        rank = (valid.long().cumsum(-1) - 1).masked_fill(~valid, -1)
+        key_rank = rank.view(B, 1, 1, 1, S)
+        out = dense.clone()
+        meter = self.meters.setdefault(layer_idx, LayerMeter())
+        meter.calls += 1
+        step = max(1, CHUNK_ELEMENTS // max(1, B * Hq * S))
+        for lo in range(0, q, step):
+            hi = min(q, lo + step)
+            c, end = hi - lo, S - q + hi
+            chunk = queries[:, :, :, lo:hi]
+            scores = torch.matmul(chunk.reshape(B, Hkv, G * c, D) * scale,
+                                  keys[:, :, :end].transpose(-1, -2)).view(B, Hkv, G, c, end)
+            if softcap is not None:
+                scores = torch.tanh(scores / softcap) * softcap
+            causal = torch.ones(c, end, dtype=torch.bool, device=scores.device).tril_(end - c)
+            visible = causal & valid[:, None, None, None, :end]
+            scores = scores.masked_fill(~visible, float("-inf"))
+            query_rank = rank[:, S - q + lo:S - q + hi].view(B, 1, 1, c, 1)
+            ctx = MaskContext(scores, visible, key_rank[..., :end], query_rank, chunk, keys[:, :, :end],
+                              torch.zeros_like(scores), layer_idx, self.seed, keys, key_rank)
+            for masker in self.maskers:
+                ctx.mask = (ctx.mask + masker.entries(ctx)).clamp_(0.0, 1.0)
+            mask = ctx.mask.masked_fill_(~visible, 0.0)
+            kept = mask > 0
+            dense_rows = ~kept.any(-1) | ((mask == 1) | ~visible).all(-1)  # (B, Hkv, G, c)
+            top = scores.amax(-1, keepdim=True).nan_to_num(0.0, neginf=0.0)
+            weights = torch.where(kept, torch.exp(scores - top) / mask.clamp(min=1e-30), 0.0)
+            sparse = torch.matmul(weights.view(B, Hkv, G * c, end), values[:, :, :end]).view(B, Hkv, G, c, D)
+            sparse = sparse / weights.sum(-1, keepdim=True).clamp(min=1e-30)
+            reference = dense[:, lo:hi].float().transpose(1, 2).reshape(B, Hkv, G, c, D)
+            sparse = torch.where(dense_rows[..., None], reference, sparse)
+            out[:, lo:hi] = sparse.reshape(B, Hq, c, D).transpose(1, 2).to(out.dtype)
+            metered = (query_rank >= 0).view(B, 1, 1, c)
+            n_visible = visible.sum(-1).expand(B, Hkv, G, c).double()
+            n_kept = torch.where(dense_rows, n_visible, kept.sum(-1).double())
+            meter.kept += float((n_kept * metered).sum())
+            meter.visible += float((n_visible * metered).sum())
+            meter.error_sq += float((((sparse - reference) ** 2).sum(-1) * metered).double().sum())
+            meter.dense_sq += float(((reference ** 2).sum(-1) * metered).double().sum())
+        return out
+
+    # ---- what a record holds ----------------------------------------------------------------
+    def reset(self) -> None:
+        self.meters = {}
+
+    def figures(self) -> dict:
+        """density and attention error per layer (sparse layers metered so far) and their means over layers:
+        density = kept entries / visible causal entries, error = ||o_dense - o||_F / ||o_dense||_F."""
+        layers = sorted(self.meters)
+        density = [self.meters[i].kept / self.meters[i].visible if self.meters[i].visible else None for i in layers]
+        error = [(self.meters[i].error_sq / self.meters[i].dense_sq) ** 0.5 if self.meters[i].dense_sq else None
+                 for i in layers]
+        mean = lambda xs: (sum(x for x in xs if x is not None) / max(1, sum(x is not None for x in xs)))  # noqa: E731
+        return {"density": mean(density) if layers else None, "attention_error": mean(error) if layers else None,
+                "layers": layers, "density_per_layer": density, "attention_error_per_layer": error}

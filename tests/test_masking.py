@@ -1,0 +1,262 @@
+"""Query-time sparse attention (sparsity/masking): the stack's estimator on hand-worked rows, the deterministic
+maskers against hand-made masks, exact dense rows, sink + local against StreamingLLM's eviction, GQA, padded
+batches, chunking, the meter and the one-line errors. Tiny random Llama configs only."""
+
+import math
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from lightning_bench.errors import ConfigError
+from lightning_bench.sparsity import capture
+from lightning_bench.sparsity.capture import capturing
+from lightning_bench.sparsity.masking import MaskContext, Masker, MaskerStack
+from lightning_bench.sparsity.masking.fixed import OracleTopP, Quest
+from lightning_bench.sparsity.streaming import streaming_logits
+from tests.test_sparsity import tiny_llama
+
+
+@pytest.fixture(scope="module")
+def net():
+    return tiny_llama()
+
+
+def ids_batch(T=24, seed=3, rows=2):
+    return torch.randint(0, 128, (rows, T), generator=torch.Generator().manual_seed(seed))
+
+
+def masked_logits(net, ids, spec, mask=None, **options):
+    stack = MaskerStack.parse(spec, **options)
+    with torch.no_grad(), capturing(net, None, masking=stack):
+        return net(input_ids=ids, attention_mask=mask).logits, stack
+
+
+@dataclass
+class Given(Masker):
+    """A masker that adds a fixed mask (the hand-worked examples)."""
+
+    name = "given"
+    values: object = None
+
+    def entries(self, ctx):
+        return self.values.to(ctx.mask.dtype).expand_as(ctx.mask) * ctx.visible
+
+
+def attend_one(values_mask, e, v):
+    """One decode-step query over len(e) keys with scores log(e) (D = 1 query and key, scale 1)."""
+    S = len(e)
+    key = torch.tensor([math.log(x) for x in e]).view(1, 1, S, 1)
+    query = torch.ones(1, 1, 1, 1)
+    value = torch.tensor(v, dtype=torch.float32).view(1, 1, S, 1)
+    dense = torch.nn.functional.scaled_dot_product_attention(query, key, value, scale=1.0).transpose(1, 2)
+    stack = MaskerStack([Given(values=torch.tensor(values_mask, dtype=torch.float32))])
+    return float(stack.attend(0, query, key, value, None, 1.0, None, dense)), float(dense), stack
+
+
+def test_the_estimator_on_a_hand_worked_row():
+    e, v = [4.0, 2.0, 1.0, 1.0], [1.0, 2.0, 3.0, 4.0]
+    out, dense, stack = attend_one([1.0, 0.0, 0.5, 0.0], e, v)
+    assert dense == pytest.approx(15 / 8, abs=1e-6)
+    assert out == pytest.approx((4 * 1 + (1 / 0.5) * 3) / (4 + 2), abs=1e-6)  # 1.6667
+    figures = stack.figures()
+    assert figures["density"] == pytest.approx(2 / 4)
+    assert figures["attention_error"] == pytest.approx(abs(10 / 6 - 15 / 8) / (15 / 8), rel=1e-5)
+    # a uniform value cancels: value 0.3 on {0, 2} is the softmax over {0, 2}
+    out, _, _ = attend_one([0.3, 0.0, 0.3, 0.0], e, v)
+    assert out == pytest.approx((4 * 1 + 1 * 3) / 5, abs=1e-6)
+    # empty and full masks are the dense row itself, bit for bit
+    for values in ([0.0] * 4, [1.0] * 4):
+        out, dense, stack = attend_one(values, e, v)
+        assert out == dense and stack.figures()["attention_error"] == 0.0
+        assert stack.figures()["density"] == 1.0
+
+
+@pytest.mark.parametrize("spec", ["sink:1.0", "local:1.0", "oracle_topk:1.0", "oracle_topp:1.0", "sink:1000",
+                                  "quest:1.0:4", "sink:2,local:3,oracle_topk:1.0"])
+def test_full_density_is_the_dense_forward_exactly(net, spec):
+    ids = ids_batch()
+    with torch.no_grad():
+        dense = net(input_ids=ids).logits
+    logits, stack = masked_logits(net, ids, spec)
+    assert torch.equal(logits, dense)
+    figures = stack.figures()
+    assert figures["density"] == 1.0 and figures["attention_error"] == 0.0
+    assert figures["layers"] == [0, 1]
+
+
+@pytest.mark.parametrize("n_sink,window", [(2, 3), (4, 5), (1, 1)])
+def test_sink_plus_local_is_streaming_llm_on_the_full_cache(net, n_sink, window):
+    """StreamingLLM's eviction, streamed one token at a time with n_sink sinks and a budget of n_sink + window - 1
+    cached tokens (true positions), leaves every query exactly the keys sink + local masks."""
+    ids = ids_batch(T=30)
+    logits, stack = masked_logits(net, ids, f"sink:{n_sink},local:{window}")
+    evicted, _ = streaming_logits(net, ids, None, "streaming_llm", budget_tokens=n_sink + window - 1, chunk_size=1,
+                                  method_params={"n_sink": n_sink})
+    torch.testing.assert_close(logits, evicted, atol=1e-5, rtol=1e-5)
+    kept = sum(min(t + 1, n_sink + window) for t in range(30))
+    assert stack.figures()["density"] == pytest.approx(kept / sum(range(1, 31)))
+    assert stack.figures()["attention_error"] > 0
+
+
+def context(scores, mask=None, visible=None, keys=None, queries=None):
+    """A MaskContext of one decode-step query (c = 1) over the given scores (B, Hkv, G, 1, S)."""
+    B, Hkv, G, c, S = scores.shape
+    visible = torch.ones_like(scores, dtype=torch.bool) if visible is None else visible
+    rank = torch.arange(S).view(1, 1, 1, 1, S).expand(B, 1, 1, 1, S)
+    D = 2
+    return MaskContext(scores, visible, rank, torch.full((B, 1, 1, c, 1), S - 1),
+                       torch.zeros(B, Hkv, G, c, D) if queries is None else queries,
+                       torch.zeros(B, Hkv, S, D) if keys is None else keys,
+                       torch.zeros_like(scores) if mask is None else mask, 0)
+
+
+def test_oracle_topk_is_a_hand_made_top_k_mask():
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randn(2, 2, 3, 1, 40, generator=g)
+    earlier = torch.zeros_like(scores)
+    earlier[..., :4] = 1.0  # what a sink masker kept: not chosen again
+    entries = MaskerStack.parse("oracle_topk:7").maskers[0].entries(context(scores, earlier))
+    hand = torch.zeros_like(scores)
+    order = scores[..., 4:].argsort(-1, descending=True)[..., :7] + 4
+    hand.scatter_(-1, order, 1.0)
+    assert torch.equal(entries, hand)
+    fraction = MaskerStack.parse("oracle_topk:0.25").maskers[0].entries(context(scores))
+    assert torch.equal(fraction.sum(-1), torch.full((2, 2, 3, 1), 10.0))  # floor(0.25 * 40)
+
+
+@pytest.mark.parametrize("p,kept", [(0.6, [1, 1, 0, 0]), (0.75, [1, 1, 0, 0]), (0.8, [1, 1, 1, 1]),
+                                    (0.4, [1, 0, 0, 0]), (1.0, [1, 1, 1, 1])])
+def test_oracle_topp_keeps_the_smallest_set_reaching_p_and_its_ties(p, kept):
+    scores = torch.tensor([math.log(4), math.log(2), 0.0, 0.0]).view(1, 1, 1, 1, 4)  # softmax 1/2, 1/4, 1/8, 1/8
+    entries = OracleTopP(top_p=p).entries(context(scores))
+    assert entries.flatten().tolist() == kept
+
+
+def test_quest_keeps_the_page_of_the_highest_upper_bound():
+    keys = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 2.0], [2.0, -1.0]]).view(1, 1, 4, 2)
+    query = torch.tensor([1.0, -1.0]).view(1, 1, 1, 1, 2)
+    scores = (query @ keys.transpose(-1, -2)).view(1, 1, 1, 1, 4)
+    entries = Quest(heavy_size=2, page_size=2).entries(context(scores, keys=keys, queries=query))
+    assert entries.flatten().tolist() == [0, 0, 1, 1]  # page scores 1 and 3 (upper bounds of 1 and 3)
+    query = torch.tensor([-1.0, 1.0]).view(1, 1, 1, 1, 2)  # page 0 scores 1, page 1 scores 3 again: -q.(−1, 2)
+    entries = Quest(heavy_size=4, page_size=2).entries(context(scores, keys=keys, queries=query))
+    assert entries.flatten().tolist() == [1, 1, 1, 1]
+
+
+def hand_masked_attention(net, ids, layer_mask):
+    """The masked forward computed independently: sdpa with a 4D boolean mask per query head is the masking
+    when every entry is 1 (deterministic maskers)."""
+    T = ids.shape[1]
+    return net(input_ids=ids, attention_mask=layer_mask.view(ids.shape[0], -1, T, T)).logits
+
+
+def test_gqa_query_heads_read_their_own_kv_head(net):
+    """oracle_topk ranks per QUERY head: recomputing each query head's top keys by hand from the layer-0 q and k
+    (key head h // G) gives the entries the stack used."""
+    ids = ids_batch(T=16, rows=1)
+    seen = {}
+
+    class Spy(Masker):
+        name = "spy"
+
+        def entries(self, ctx):
+            if ctx.layer_idx == 0:
+                seen["q"], seen["k"], seen["mask"] = ctx.queries.clone(), ctx.keys.clone(), ctx.mask.clone()
+            return torch.zeros_like(ctx.mask)
+
+    stack = MaskerStack([MaskerStack.parse("oracle_topk:3").maskers[0], Spy()])
+    with torch.no_grad(), capturing(net, None, masking=stack):
+        net(input_ids=ids)
+    q, k, mask = seen["q"], seen["k"], seen["mask"]  # (1, 2, 2, 16, D), (1, 2, 16, D), (1, 2, 2, 16, 16)
+    for head in range(4):
+        kv, g = divmod(head, 2)
+        scores = q[0, kv, g] @ k[0, kv].T
+        scores = scores.masked_fill(torch.ones(16, 16, dtype=torch.bool).triu(1), float("-inf"))
+        for t in range(16):
+            top = set(scores[t].topk(min(3, t + 1)).indices.tolist())
+            assert set(mask[0, kv, g, t].nonzero().flatten().tolist()) == top, (head, t)
+
+
+def test_padded_rows_and_chunks_change_nothing(net, monkeypatch):
+    ids = ids_batch(T=20)
+    mask = torch.ones_like(ids)
+    mask[0, :5] = 0  # left padding, as prompts are batched
+    spec = "sink:2,local:0.25,oracle_topk:0.2"
+    batched, _ = masked_logits(net, ids, spec, mask)
+    alone, _ = masked_logits(net, ids[:1, 5:], spec)
+    torch.testing.assert_close(batched[0, 5:], alone[0], atol=1e-5, rtol=1e-5)
+    monkeypatch.setattr(capture, "CHUNK_ELEMENTS", 64)  # a few query rows per chunk
+    chunked, _ = masked_logits(net, ids, spec, mask)
+    torch.testing.assert_close(chunked[:, 5:], batched[:, 5:], atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(chunked[1], batched[1], atol=1e-6, rtol=1e-6)
+
+
+def test_dense_layers_are_left_alone(net):
+    ids = ids_batch()
+    _, stack = masked_logits(net, ids, "sink:1,local:2", dense_layers=[0])
+    assert stack.figures()["layers"] == [1]
+    assert stack.describe()["dense_layers"] == [0] and stack.describe()["mechanism"] == "masking"
+
+
+@pytest.mark.parametrize("spec,expected", [
+    ("sinks:4", "unknown masker 'sinks'; valid: adaptive_sampling, local, magic_pig, oracle_topk, oracle_topp, "
+                "quest, random_sampling, sink"),
+    ("oracle_topk:0.0", "oracle_topk parameter heavy_size is a fraction of the keys: in (0, 1], got 0.0"),
+    ("oracle_topk:1.5", "oracle_topk parameter heavy_size is a fraction of the keys: in (0, 1], got 1.5"),
+    ("local:-3", "local parameter window_size counts tokens: >= 0, got -3"),
+    ("quest:0.1:0", "quest parameter page_size must be in [1, 4096], got 0"),
+    ("oracle_topp:top=0.5", "unknown parameter top for masker 'oracle_topp'; valid: top_p"),
+    ("sink:4:5", "masker 'sink' takes at most 1 values (sink_size), got 2"),
+    ("random_sampling:0.1,magic_pig", "at most one sampling masker per stack, got random_sampling, magic_pig"),
+    ("", "an attention sparsity stack needs at least one masker"),
+])
+def test_bad_stacks_are_one_line_errors(spec, expected):
+    with pytest.raises(ConfigError) as err:
+        MaskerStack.parse(spec)
+    assert str(err.value) == expected
+
+
+def test_specs_aliases_and_yaml_lists_parse_alike():
+    one = MaskerStack.parse("sink_masker:4, local_masker:window_size=8, oracle_topk:0.05")
+    two = MaskerStack.parse([{"sink": 4}, "local:8", {"name": "oracle_topk", "heavy_size": 0.05}])
+    assert one.describe() == two.describe()
+    assert one.name == two.name == "sink:4+local:8+oracle_topk:0.05"
+    assert [m["masker"] for m in one.describe()["maskers"]] == ["sink", "local", "oracle_topk"]
+
+
+# ---- `lightning_bench test --attention_sparsity` ----------------------------------------------
+def _test_run(corpus, capsys, *extra):
+    from tests.test_cli import QUIET, TINY_MODEL, run
+
+    return run(["test", *TINY_MODEL, "--model.max_seq_len", "64", "--data", "text", "--data.path", str(corpus),
+                "--data.seq_len", "32", *QUIET, "--results_dir", "r", *extra], capsys)
+
+
+def test_cli_perplexity_under_a_stack_is_recorded_beside_dense(tiny_corpus, capsys, tmp_path):
+    import json
+
+    for extra in ([], ["--attention_sparsity", "sink:1.0"], ["--attention_sparsity", "sink:2,local:4"]):
+        code, _, err = _test_run(tiny_corpus, capsys, *extra)
+        assert code in (0, None), err
+    base = tmp_path / "r" / "transformer_tiny_corpus_seq32_bits32_test"
+    dense = json.loads(base.with_suffix(".json").read_text())
+    full = json.loads((tmp_path / "r" / (base.name + "_attn_sink1.0.json")).read_text())
+    sparse = json.loads((tmp_path / "r" / (base.name + "_attn_sink2-local4.json")).read_text())
+    assert full["metrics"]["loss"] == dense["metrics"]["loss"]  # full density: the dense forward itself
+    assert full["sparsity"]["density"] == 1.0 and full["sparsity"]["attention_error"] == 0.0
+    assert sparse["sparsity"]["maskers"] == [{"masker": "sink", "sink_size": 2}, {"masker": "local", "window_size": 4}]
+    assert 0.1 < sparse["sparsity"]["density"] < 0.5 and sparse["sparsity"]["attention_error"] > 0
+    assert len(sparse["sparsity"]["density_per_layer"]) == len(sparse["sparsity"]["layers"]) > 0
+    assert sparse["metrics"]["loss"] != dense["metrics"]["loss"]
+
+
+@pytest.mark.parametrize("extra,expected", [
+    (["--attention_sparsity", "sinks:4"], "unknown masker 'sinks'"),
+    (["--attention_sparsity", "oracle_topk:2.0"], "oracle_topk parameter heavy_size is a fraction of the keys"),
+    (["--attention_sparsity", "sink:4", "--sparsity", "h2o", "--sparsity.ratio", "0.5"], "not both"),
+])
+def test_cli_bad_stacks_are_one_line(extra, expected, tiny_corpus, capsys):
+    code, _, err = _test_run(tiny_corpus, capsys, *extra)
+    assert code == 2 and "Traceback" not in err
+    assert expected in err.strip().splitlines()[-1]
