@@ -59,7 +59,30 @@ QUICK_TEST = "configs/downstream/quick_test.yaml"
 
 # seconds per section on the GPU; all of them (+ setup) stay under the 8 minutes of the issue
 LIMITS = {"setup": 60, "env": 30, "eval": 75, "mfu": 150, "step_variants": 150, "bnb": 90, "mamba": 45,
-          "eviction": 75, "downstream": 120}
+          "eviction": 75, "downstream": 120, "attention_sparsity": 330}
+# query-time sparse attention against eviction on WikiText-2 perplexity, near 10%, then 5% and 20% of the keys:
+# (label, the `test` options); each run is recorded as it ends, the ones the section's time does not reach skipped
+ATTENTION_RUNS = [("dense", [])] + [
+    (f"{label} {level}", option) for level, runs in (
+        ("10%", [("oracle_topk", "oracle_topk:0.1"), ("sink+local", "sink:0.05,local:0.05"),
+                 ("sink+local+oracle_topk", "sink:0.025,local:0.025,oracle_topk:0.05"),
+                 ("magic_pig K10 L75", "sink:0.01,local:0.01,magic_pig:10:75"),
+                 ("adaptive_sampling eps 0.25", "sink:0.01,local:0.01,oracle_topk:0.02,"
+                                                "adaptive_sampling:0.01:0.25:0.25:0.01:0.01"),
+                 ("streaming_llm", 0.9), ("h2o", 0.9), ("tova", 0.9)]),
+        ("5%", [("oracle_topk", "oracle_topk:0.05"), ("sink+local", "sink:0.025,local:0.025"),
+                ("sink+local+oracle_topk", "sink:0.0125,local:0.0125,oracle_topk:0.025"),
+                ("magic_pig K11 L75", "sink:0.01,local:0.01,magic_pig:11:75"),
+                ("adaptive_sampling eps 0.5", "sink:0.01,local:0.01,oracle_topk:0.01,"
+                                              "adaptive_sampling:0.01:0.5:0.3:0.01:0.01"),
+                ("streaming_llm", 0.95), ("h2o", 0.95), ("tova", 0.95)]),
+        ("20%", [("oracle_topk", "oracle_topk:0.2"), ("sink+local", "sink:0.1,local:0.1"),
+                 ("sink+local+oracle_topk", "sink:0.05,local:0.05,oracle_topk:0.1"),
+                 ("magic_pig K8 L75", "sink:0.01,local:0.01,magic_pig:8:75"),
+                 ("adaptive_sampling eps 0.1", "sink:0.01,local:0.01,oracle_topk:0.05,"
+                                               "adaptive_sampling:0.01:0.1:0.1:0.01:0.01"),
+                 ("streaming_llm", 0.8), ("h2o", 0.8), ("tova", 0.8)]))
+    for label, option in runs]
 # bf16 dense tensor-core peaks (datasheet, no sparsity) by device-name substring, first match wins
 PEAK_BF16 = [("h100 pcie", 756e12), ("h100 nvl", 835e12), ("h100", 989.4e12), ("h200", 989.4e12),
              ("a100", 312e12)]
@@ -69,12 +92,14 @@ SIZES = {
     "gpu": dict(matmul=8192, eval_docs=60, eval_seq=2048, eval_batch=8,
                 fit=dict(n_layer=12, d_model=1024, n_head=16, seq=1024, batch=16, warmup=10, steps=30),
                 bnb_docs=3, bnb_seq=1024, mamba=dict(d_model=512, n_layer=4, vocab=32000, seq=512, batch=2),
-                kv_context=1024, kv_overhead_context=4096, kv_repeats=3, kv_sparsity=0.9, downstream=[]),
+                kv_context=1024, kv_overhead_context=4096, kv_repeats=3, kv_sparsity=0.9, downstream=[],
+                attention=dict(docs=3, seq=2048, batch=4, runs=len(ATTENTION_RUNS), budget=300)),
     "dry": dict(matmul=256, eval_docs=1, eval_seq=64, eval_batch=2,
                 fit=dict(n_layer=1, d_model=64, n_head=4, seq=32, batch=2, warmup=2, steps=2),
                 bnb_docs=1, bnb_seq=64, mamba=dict(d_model=32, n_layer=1, vocab=100, seq=16, batch=1),
                 kv_context=48, kv_overhead_context=96, kv_repeats=1, kv_sparsity=0.5,
-                downstream=["--max_samples", "1", "--max_new_tokens", "4", "--max_length", "192"]),
+                downstream=["--max_samples", "1", "--max_new_tokens", "4", "--max_length", "192"],
+                attention=dict(docs=1, seq=64, batch=2, runs=3, budget=60)),
 }
 
 
@@ -535,9 +560,36 @@ def section_downstream(ctx: dict) -> dict:
                                                   "tokenization and scoring included) x 3600"}}
 
 
+def section_attention_sparsity(ctx: dict) -> dict:
+    """`lightning_bench test` (fp32, WikiText-2) under masker stacks and under eviction at about the same kept
+    fraction: perplexity, density and attention error (stacks), cache fraction (eviction), each run's time."""
+    sizes, acc = ctx["sizes"]["attention"], accelerator(ctx)
+    deadline = time.monotonic() + sizes["budget"]
+    runs = {}
+    for i, (label, option) in enumerate(ATTENTION_RUNS[:sizes["runs"]]):
+        if time.monotonic() > deadline:
+            runs[label] = {"status": "skipped: the section's time ran out"}
+            continue
+        extra = [] if option == [] else ["--attention_sparsity", option] if isinstance(option, str) else \
+            ["--sparsity", label.split()[0], "--sparsity.ratio", str(option), "--sparsity.chunk_size", "64"]
+        argv = test_argv(ctx, Path(ctx["workdir"]) / "attention" / str(i), 32, sizes["docs"], sizes["seq"],
+                         sizes["batch"], acc) + extra
+        wall, paths = cli(ctx, argv)
+        rec = record(paths, "test")
+        sparsity = rec.get("sparsity") or {}
+        runs[label] = {"ppl": rec["metrics"]["ppl"], "density": sparsity.get("density"),
+                       "attention_error": sparsity.get("attention_error"),
+                       "cache_fraction": sparsity.get("cache_fraction"), "eval_time_s": rec["eval_time"],
+                       "process_wall_s": wall, "command": "lightning_bench " + shlex.join(argv)}
+    return {"runs": runs, "how": {"data": "WikiText-2 test.txt, first N articles, document_rolling", "dtype": "fp32",
+                                  "n_documents": sizes["docs"], "seq_len": sizes["seq"], "batch": sizes["batch"],
+                                  "density": "masker stacks: kept / visible causal entries over every query",
+                                  "cache_fraction": "eviction (streamed, chunk 64): cache slots attended / dense"}}
+
+
 SECTIONS = {"setup": section_setup, "env": section_env, "eval": section_eval, "mfu": section_mfu,
             "step_variants": section_step_variants, "bnb": section_bnb, "mamba": section_mamba, "eviction": section_eviction,
-            "downstream": section_downstream}
+            "downstream": section_downstream, "attention_sparsity": section_attention_sparsity}
 
 
 # ---- isolation --------------------------------------------------------------------------------------

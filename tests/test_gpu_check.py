@@ -12,7 +12,8 @@ import pytest
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.shared_data  # WikiText-2, the PG-19 sample, quick_test's XSum and SQuAD v2 rows
-SECTIONS = ["setup", "env", "eval", "mfu", "step_variants", "bnb", "mamba", "eviction", "downstream"]
+SECTIONS = ["setup", "env", "eval", "mfu", "step_variants", "bnb", "mamba", "eviction", "downstream",
+            "attention_sparsity"]
 
 
 def gpu_check(shared_data, tmp_path, *extra, inject=""):
@@ -58,6 +59,11 @@ def test_dry_run_runs_every_section(shared_data, tmp_path):
     assert eviction["all_identical"]
     downstream = sections["downstream"]
     assert downstream["cells"] == 6 and downstream["cells_per_hour"] > 0  # 2 tasks x (dense, h2o, cab_v4)
+    runs = sections["attention_sparsity"]["runs"]
+    assert list(runs) == ["dense", "oracle_topk 10%", "sink+local 10%"]  # the dry run's first three
+    assert runs["dense"]["density"] is None and runs["dense"]["ppl"] > 0
+    for label in ("oracle_topk 10%", "sink+local 10%"):
+        assert 0 < runs[label]["density"] < 1 and runs[label]["attention_error"] > 0 and runs[label]["ppl"] > 0
 
 
 def test_a_failed_or_timed_out_section_is_recorded_and_the_next_ones_run(shared_data, tmp_path):

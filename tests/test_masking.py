@@ -14,6 +14,7 @@ from lightning_bench.sparsity.capture import capturing
 from lightning_bench.sparsity.masking import MaskContext, Masker, MaskerStack
 from lightning_bench.sparsity.masking.fixed import OracleTopP, Quest
 from lightning_bench.sparsity.streaming import streaming_logits
+from tests.test_downstream import tiny_hf  # noqa: F401 (fixture)
 from tests.test_sparsity import tiny_llama
 
 
@@ -258,5 +259,59 @@ def test_cli_perplexity_under_a_stack_is_recorded_beside_dense(tiny_corpus, caps
 ])
 def test_cli_bad_stacks_are_one_line(extra, expected, tiny_corpus, capsys):
     code, _, err = _test_run(tiny_corpus, capsys, *extra)
+    assert code == 2 and "Traceback" not in err
+    assert expected in err.strip().splitlines()[-1]
+
+
+# ---- masker stacks as methods of the `downstream` grid ---------------------------------------------------
+@pytest.mark.shared_data
+def test_downstream_stacks_full_density_is_dense_and_sparse_ones_are_metered(tiny_hf, shared_data, tmp_path, capsys):
+    import json
+
+    from tests.test_cli import run
+
+    stacks = '{full: "sink:1.0", window: "sink:2,local:8", topk: "oracle_topk:0.1"}'
+    code, _, err = run(["downstream", "--model.pretrained", str(tiny_hf), "--data_dir", str(shared_data),
+                        "--results_dir", str(tmp_path), "--name", "t", "--max_samples", "2", "--max_new_tokens", "6",
+                        "--max_length", "192", "--tasks", "xsum", "--methods", "dense", "--attention_sparsity", stacks,
+                        "--protocols", "query_agnostic", "--max_batch_rows", "3"], capsys)
+    assert code == 0, err
+    cells = json.loads((tmp_path / "t" / "t_results.json").read_text())["cells"]
+    dense = cells["xsum__dense_s0.0_query_agnostic_seed1234"]
+    full = cells["xsum__full_s0.0_query_agnostic_seed1234"]
+    window = cells["xsum__window_s0.0_query_agnostic_seed1234"]
+    assert [s["generated"] for s in full["samples"]] == [s["generated"] for s in dense["samples"]]
+    assert full["attention"]["density"] == 1.0 and full["attention"]["attention_error"] == 0.0
+    assert full["method_params"]["maskers"] == [{"masker": "sink", "sink_size": 1.0}]
+    # the question and the answer attend to 2 sinks + 8 recent keys of a context of >100 tokens
+    assert window["attention"]["density"] < 0.2 and window["attention"]["attention_error"] > 0
+    assert window["cache"]["kept_fraction_of_compressed"] == 1.0  # nothing is evicted
+    assert all(0 < s["density"] < 0.2 for s in window["samples"])
+    summary = (tmp_path / "t" / "t_summary.txt").read_text()
+    assert "window[sink2-local8]" in summary and "xsum__window_s0.0_query_agnostic_seed1234: density 0." in summary
+    # the same rows decoded one per batch give the same tokens and the same metered sums
+    code, _, err = run(["downstream", "--model.pretrained", str(tiny_hf), "--data_dir", str(shared_data),
+                        "--results_dir", str(tmp_path / "one"), "--name", "t", "--max_samples", "2",
+                        "--max_new_tokens", "6", "--max_length", "192", "--tasks", "xsum", "--methods", "dense",
+                        "--attention_sparsity", stacks, "--protocols", "query_agnostic", "--max_batch_rows", "1"],
+                       capsys)
+    assert code == 0, err
+    alone = json.loads((tmp_path / "one" / "t" / "t_results.json").read_text())["cells"]
+    for key in ("xsum__window_s0.0_query_agnostic_seed1234", "xsum__topk_s0.0_query_agnostic_seed1234"):
+        assert [s["generated"] for s in alone[key]["samples"]] == [s["generated"] for s in cells[key]["samples"]]
+        assert alone[key]["attention"]["density"] == pytest.approx(cells[key]["attention"]["density"], rel=1e-9)
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("stacks,expected", [
+    ('{h2o: "sink:4"}', "--attention_sparsity name 'h2o': use lowercase letters"),
+    ('{Big: "sink:4"}', "--attention_sparsity name 'Big'"),
+    ('{w: "sink:4,magic_pig,random_sampling"}', "at most one sampling masker per stack"),
+])
+def test_downstream_bad_stacks_are_one_line(stacks, expected, tiny_hf, shared_data, tmp_path, capsys):
+    from tests.test_cli import run
+
+    code, _, err = run(["downstream", "--model.pretrained", str(tiny_hf), "--data_dir", str(shared_data),
+                        "--results_dir", str(tmp_path), "--tasks", "xsum", "--attention_sparsity", stacks], capsys)
     assert code == 2 and "Traceback" not in err
     assert expected in err.strip().splitlines()[-1]

@@ -199,6 +199,7 @@ class KVEngine:
         self.net = resolve_network(net)
         self.device = next(self.net.parameters()).device
         self.recorder = recorder
+        self.masking = None  # a masking.MaskerStack the fed tokens attend through (None: the model's attention)
         self.state: Optional[EvictionState] = None
         self.record = KVRecord()
         self.slot_bytes = 0  # bytes of one cache slot (every layer's key and value)
@@ -256,7 +257,7 @@ class KVEngine:
         (B, q', V), with transformers' `logits_to_keep` (0 = all q; a 1-D tensor = those positions)."""
         q = input_ids.shape[1]
         mask, pos = self.state.next_inputs(q)
-        with capturing(self.net, self.recorder):
+        with capturing(self.net, self.recorder, self.masking):
             out = self.net(input_ids=input_ids.to(self.device), attention_mask=mask, position_ids=pos,
                            **cache_argument(self.net, self.state.cache), use_cache=True,
                            logits_to_keep=logits_to_keep)

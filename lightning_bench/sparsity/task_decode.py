@@ -153,15 +153,15 @@ def continuation(method: Union[str, Method] = "dense", *, sparsity: Optional[flo
 
 @torch.no_grad()
 def continue_rows(prompt: PrefilledPrompt, rows: list[Row], max_rows: int = 16, interval: int = 0,
-                  rerotate: bool = False) -> list[KVRecord]:
+                  rerotate: bool = False, attention_error: bool = False) -> list[KVRecord]:
     """Several methods, budgets or draws continuing one prefilled prompt as the rows of a batch: one
     prompt's part of `continue_prompts`."""
-    return continue_prompts([(prompt, rows)], max_rows, interval, rerotate)[0]
+    return continue_prompts([(prompt, rows)], max_rows, interval, rerotate, attention_error)[0]
 
 
 @torch.no_grad()
 def continue_prompts(work: list[tuple[PrefilledPrompt, list[Row]]], max_rows: int = 16, interval: int = 0,
-                     rerotate: bool = False) -> list[list[KVRecord]]:
+                     rerotate: bool = False, attention_error: bool = False) -> list[list[KVRecord]]:
     """The rows of one or several prefilled prompts (examples), each prompt with its own methods, budgets
     and draws, decoded as the rows of shared batches, `max_rows` at a time (what bounds memory), rows of
     similar cache lengths together: each row's cache compressed by its own method from its prompt's prefill
@@ -170,7 +170,9 @@ def continue_prompts(work: list[tuple[PrefilledPrompt, list[Row]]], max_rows: in
     prompts padded to the longest cache with filler slots (KVEngine.stack), a finished row leaving the
     batch. With `interval` > 0 every row is re-compressed by its method every `interval` steps, reading
     its running attention statistics: then a batch holds the rows whose methods read the same statistics
-    (one recorder per batch). Greedy tokens, stops and records are those of each row decoded alone
+    (one recorder per batch). With `attention_error`, every forward of an evicting row is also compared with
+    attention over its full cache (attention_error.FullCacheReference): its record's `attention_sums`; a
+    masker stack's rows are metered by the stack itself. Greedy tokens, stops and records are those of each row decoded alone
     (tests/test_batched_continuation.py); sampled rows draw from their own generators. The records come
     back per prompt, in the order of `work`.
 
@@ -183,6 +185,9 @@ def continue_prompts(work: list[tuple[PrefilledPrompt, list[Row]]], max_rows: in
     the rows' decode_seconds add up to the batch's. The meter counts a row's own slots (fillers left out)."""
     positive_int("max_rows", max_rows)
     positive_int("interval", interval, minimum=0)
+    if attention_error and rerotate:
+        raise ConfigError("the attention error of eviction compares with the full cache at the true positions; "
+                          "re-rotated keys have other ones: drop rerotate or the attention error")
     for prompt, rows in work:
         for row in rows:
             _check_fixed_budget(row.plan, prompt)
@@ -192,12 +197,13 @@ def continue_prompts(work: list[tuple[PrefilledPrompt, list[Row]]], max_rows: in
                                   f"reads ({', '.join(needs.names())}); pass it to prefill_prompt(methods=...)")
     pairs = [(p, r) for p, (_, rows) in enumerate(work) for r in range(len(rows))]
     batches: dict = {}  # rows of one batch: all of them, or (interval) those reading the same statistics
-    for pair in pairs:
-        batches.setdefault(work[pair[0]][1][pair[1]].plan.method.needs if interval else None, []).append(pair)
+    for pair in pairs:  # and one masker stack per batch (its forwards attend through it)
+        method = work[pair[0]][1][pair[1]].plan.method
+        batches.setdefault((method.needs if interval else None, id(getattr(method, "stack", None))), []).append(pair)
     records: list = [[None] * len(rows) for _, rows in work]
     for members in batches.values():
         for chunk in batches_by_cache_length(work, members, max_rows):
-            for (p, r), record in zip(chunk, _decode_rows(work, chunk, interval, rerotate)):
+            for (p, r), record in zip(chunk, _decode_rows(work, chunk, interval, rerotate, attention_error)):
                 records[p][r] = record
     return records
 
@@ -225,7 +231,7 @@ def _compressed(engine: KVEngine, row: Row, rerotate: bool, record: KVRecord) ->
 
 
 def _started(prompt: PrefilledPrompt, rows: list[Row], interval: int, rerotate: bool,
-             records: list[KVRecord]) -> tuple[KVEngine, torch.Tensor]:
+             records: list[KVRecord], reference=None, ids: tuple = ()) -> tuple[KVEngine, torch.Tensor]:
     """`rows` of one prompt compressed (each alone, from a fork of its prefill), stacked, and fed what
     follows the span: the batch and its last logits (len(rows), V). Meters each row before and after."""
     slot, dense = prompt.engine.slot_bytes, prompt.engine.dense_length
@@ -241,11 +247,15 @@ def _started(prompt: PrefilledPrompt, rows: list[Row], interval: int, rerotate: 
                          "interval": interval, "question_tokens": prompt.question_tokens,
                          **({"rerotate": True} if rerotate else {})}
     batch = KVEngine.stack(engines)
+    batch.masking = getattr(rows[0].plan.method, "stack", None)  # the context stays dense, what is fed is not
+    if batch.masking is None and reference is not None:  # eviction against its full cache: rows `ids`
+        batch.masking, reference.rows = reference, list(ids)
     del engines
     _meter(records, batch.state.n_valid.tolist(), slot, dense)
     start = batch.clock()  # what follows the span, on each row's compressed cache: one forward for the rows
     logits = batch.feed(prompt.fed_ids.expand(len(rows), -1), logits_to_keep=1)[:, -1]
     fed = (batch.clock() - start) / len(rows)
+    _meter_attention(batch, records)
     _meter(records, batch.state.n_valid.tolist(), slot, dense + prompt.fed_ids.shape[1])
     for record, own in zip(records, seconds):
         record.prefill_seconds = prompt.seconds + own + fed
@@ -260,8 +270,21 @@ def _meter(records: list[KVRecord], lengths: list[int], slot: int, dense) -> Non
         record.dense_kv_bytes.append(slot * (dense[i] if isinstance(dense, list) else dense))
 
 
+def _meter_attention(batch: KVEngine, records: list[KVRecord]) -> None:
+    """Under a masker stack: each row's density and attention-error sums of the forward just made added to its
+    record (`figures["attention_sums"]`, {layer: [kept, visible, error^2, dense^2]}; masking.attention_figures)."""
+    if batch.masking is None:
+        return
+    from lightning_bench.sparsity.masking.stack import add_sums
+
+    pending = batch.masking.drain()
+    for i, record in enumerate(records):
+        add_sums(record.figures.setdefault("attention_sums", {}),
+                 {layer: sums[:, i].tolist() for layer, sums in pending.items()})
+
+
 def _decode_rows(work: list[tuple[PrefilledPrompt, list[Row]]], chunk: list[tuple[int, int]], interval: int,
-                 rerotate: bool) -> list[KVRecord]:
+                 rerotate: bool, attention_error: bool = False) -> list[KVRecord]:
     """The rows of `chunk` ((prompt, row) pairs, grouped by prompt) decoded as one batch; their records."""
     rows = [work[p][1][r] for p, r in chunk]
     records = [KVRecord(forwards=work[p][0].engine.record.forwards) for p, _ in chunk]
@@ -269,11 +292,19 @@ def _decode_rows(work: list[tuple[PrefilledPrompt, list[Row]]], chunk: list[tupl
     for i, (p, _) in enumerate(chunk):
         by_prompt.setdefault(p, []).append(i)
     slot = work[chunk[0][0]][0].engine.slot_bytes
+    reference = None
+    if attention_error and getattr(rows[0].plan.method, "stack", None) is None:
+        from lightning_bench.sparsity.attention_error import FullCacheReference
+
+        reference = FullCacheReference()
+        for i, (p, _) in enumerate(chunk):
+            reference.add_row(i, work[p][0].state.cache)
     with work[chunk[0][0]][0].engine.evaluating():
         parts, logits = [], []
         for p, members in by_prompt.items():
             prompt = work[p][0]
-            part, last = _started(prompt, [rows[i] for i in members], interval, rerotate, [records[i] for i in members])
+            part, last = _started(prompt, [rows[i] for i in members], interval, rerotate, [records[i] for i in members],
+                                  reference, members)
             parts.append(part)
             logits.append(last)
         batch = parts[0] if len(parts) == 1 else KVEngine.stack(parts)
@@ -296,12 +327,15 @@ def _decode_rows(work: list[tuple[PrefilledPrompt, list[Row]]], chunk: list[tupl
                 for single, r in zip(singles, active):
                     _compressed(single, rows[r], rerotate, records[r])
                 batch = KVEngine.stack(singles)
+            if reference is not None:
+                reference.rows = list(active)
             logits = batch.step(torch.tensor([tokens[r][-1] for r in active], device=batch.device))
             for i, r in enumerate(active):
                 tokens[r].append(rows[r].decoding.pick(logits[i]))
                 stopped[r] = rows[r].decoding.stop_reason(tokens[r])
             _meter([records[r] for r in active], batch.state.n_valid.tolist(), slot,
                    [dense[r] + step + 1 for r in active])
+            _meter_attention(batch, [records[r] for r in active])
             share = (batch.clock() - start) / len(active)
             for r in active:
                 records[r].decode_seconds += share

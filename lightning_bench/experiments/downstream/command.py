@@ -88,6 +88,10 @@ def main(argv: list[str], wandb_extras: Optional[Callable[[Any, Path], None]] = 
     meta_extra = {"command": shlex.join([PROG, COMMAND, *argv]), "data": provenance}
 
     def params(cell) -> dict:
+        if cell.method in cfg.attention_sparsity:  # the stack, so that another stack never reuses the cell
+            from lightning_bench.sparsity.masking import MaskerStack
+
+            return {"attention_sparsity": MaskerStack.parse(cfg.attention_sparsity[cell.method]).describe()}
         out = dict(cfg.method_params.get(cell.method, {}))
         if cell.method == "random":
             out.setdefault("seed", cell.seed)

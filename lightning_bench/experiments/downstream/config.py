@@ -71,6 +71,13 @@ class DownstreamConfig:
     """nucleus sampling mass (None: the task's own)"""
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     """{method: {parameter: value}}, e.g. --method_params.h2o.recent_ratio 0.2"""
+    attention_error: bool = False
+    """also meter the evicting methods' attention against the full cache at every step (density, error per layer;
+    one more attention per layer and step); masker stacks are always metered"""
+    attention_sparsity: dict[str, Any] = field(default_factory=dict)
+    """{name: masker stack}: query-time sparse attention as methods of the grid, e.g.
+    '{topk5: "sink:16,local:64,oracle_topk:0.05"}' (docs/sparsity.md): the context is prefilled densely, the
+    question (query_agnostic) and the answer attend through the stack; the cache is never evicted"""
     bits: Literal[32, 16, 8, 4] = 32
     """weights, as `test --bits`: 32 = --model.dtype; 16 = bfloat16 weights and activations; 8 / 4 =
     bitsandbytes Linear8bitLt (int8, W8A8) / Linear4bit (nf4) loaded from the checkpoint, the layers the
@@ -105,8 +112,9 @@ class DownstreamConfig:
                                ("--budget_tokens", self.budget_tokens), ("--protocols", self.protocols),
                                ("--seeds", self.seeds)):
             check_unique(option, values)
-        if not self.methods:
+        if not self.methods and not self.attention_sparsity:
             raise ConfigError("--methods is empty; name at least one (dense, h2o, ...)")
+        self.check_stacks()
         for method in self.methods:
             make_method(method, **self.method_params.get(method, {}))  # unknown name / bad parameters: one line
         for method in self.method_params:
@@ -120,6 +128,24 @@ class DownstreamConfig:
             raise ConfigError("--seeds is empty; give at least one (e.g. --seeds 1234)")
         self.weights_dtype()  # --bits 16 against another --model.dtype: one line
 
+    def check_stacks(self) -> None:
+        """Every --attention_sparsity entry parses, under a name a cell file can hold that no method has."""
+        import re
+
+        from lightning_bench.sparsity import METHODS
+        from lightning_bench.sparsity.masking import MaskerStack
+
+        for name, spec in self.attention_sparsity.items():
+            if not re.fullmatch(r"[a-z0-9_]+", name) or name in METHODS or name in self.methods:
+                raise ConfigError(f"--attention_sparsity name {name!r}: use lowercase letters, digits and _, and not "
+                                  "the name of a method")
+            MaskerStack.parse(spec)
+
+    @property
+    def grid_methods(self) -> list[str]:
+        """The eviction methods, then the masker stacks' names."""
+        return [*self.methods, *self.attention_sparsity]
+
     def weights_dtype(self) -> str:
         """The dtype the model is loaded in: --model.dtype, bfloat16 under --bits 16."""
         if self.bits != 16:
@@ -131,7 +157,7 @@ class DownstreamConfig:
 
     def budgets(self, method: str) -> list[tuple[str, float]]:
         """("sparsity", s) and ("budget_tokens", n) levels of `method`; dense: only ("sparsity", 0.0)."""
-        if method == DENSE:
+        if method == DENSE or method in self.attention_sparsity:  # a stack keeps the whole cache
             return [("sparsity", 0.0)]
         return [("sparsity", float(s)) for s in self.ratios] + [("budget_tokens", int(b)) for b in self.budget_tokens]
 
@@ -139,7 +165,7 @@ class DownstreamConfig:
         """Every cell: tasks outermost (a task's data is tokenized once), then protocol, seed, method, budget."""
         return [Cell(task, method, kind, level, protocol, int(seed))
                 for task, protocol, seed in itertools.product(self.tasks, self.protocols, self.seeds)
-                for method in self.methods for kind, level in self.budgets(method)]
+                for method in self.grid_methods for kind, level in self.budgets(method)]
 
 
 @dataclass(frozen=True)

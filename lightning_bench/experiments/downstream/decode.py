@@ -27,9 +27,34 @@ def _sample_row(sample, pred: dict, draws: list, peak_mb: float) -> dict:
             "kv_bytes_peak": max(d.kv_bytes_peak for d in draws),
             "dense_kv_bytes_peak": max(d.dense_kv_bytes_peak for d in draws),
             "compressions": first.compressions, "stopped": first.stopped,
+            **_attention_row(draws),
             "decoded_tokens": sum(max(0, len(d.tokens) - 1) for d in draws),  # after each prefill's first
             "prefill_seconds": sum(d.prefill_seconds for d in draws),
             "decode_seconds": sum(d.decode_seconds for d in draws), "peak_memory_mb": peak_mb}
+
+
+def _attention_row(draws: list) -> dict:
+    """A row decoded through a masker stack: its density / attention-error sums per layer (all draws) and figures."""
+    from lightning_bench.sparsity.masking.stack import add_sums, attention_figures
+
+    sums: dict = {}
+    for draw in draws:
+        add_sums(sums, draw.figures.get("attention_sums", {}))
+    if not sums:
+        return {}
+    figures = attention_figures(sums)
+    return {"density": figures["density"], "attention_error": figures["attention_error"],
+            "attention_sums": {str(layer): values for layer, values in sums.items()}}
+
+
+def _attention_cell(rows: list) -> dict:
+    """The cell's density and attention error per layer, pooled over its rows' sums (not a mean of row means)."""
+    from lightning_bench.sparsity.masking.stack import add_sums, attention_figures
+
+    sums: dict = {}
+    for row in rows:
+        add_sums(sums, row.get("attention_sums", {}))
+    return {"attention": attention_figures(sums)} if sums else {}
 
 
 def _cell_record(cell, pairs: list, rows: list, method_record: dict, memory) -> dict:
@@ -52,20 +77,21 @@ def _cell_record(cell, pairs: list, rows: list, method_record: dict, memory) -> 
                        "peak_memory_mb": max(r["peak_memory_mb"] for r in rows), "memory_kind": memory.kind,
                        "prefill": "one dense prefill per example, shared by the cells of its task, protocol and "
                                   "seed; each cell's prefill_seconds counts it whole plus its own compression"},
-            "num_examples": len(rows), "samples": rows}
+            **_attention_cell(rows), "num_examples": len(rows), "samples": rows}
 
 
 def _arguments(cell, draw: int, index: int, sample, prompts: TaskPrompts, tokenizer, method_params: dict,
-               rounding: str) -> dict:
-    """How one draw of one cell continues an example's prefill (`task_decode.continuation`'s arguments)."""
+               rounding: str, masked: dict) -> dict:
+    """How one draw of one cell continues an example's prefill (`task_decode.continuation`'s arguments); a masker
+    stack's cell continues with its method object (`masked`), shared by the cell's rows."""
     from lightning_bench.sparsity.sampling import draw_generator
 
     sampling = prompts.sampling
-    return dict(method=cell.method, sparsity=cell.sparsity, budget_tokens=cell.budget_tokens,
+    return dict(method=masked.get(cell.method, cell.method), sparsity=cell.sparsity, budget_tokens=cell.budget_tokens,
                 max_new_tokens=sample.max_new_tokens, stop_ids=prompts.stop_ids, stop_strings=prompts.stop_strings,
                 tokenizer=tokenizer, temperature=sampling["temperature"], top_p=sampling["top_p"],
                 generator=draw_generator(cell.seed, index, draw, sampling["temperature"]),  # reruns draw the same
-                method_params=method_params[cell.method], rounding=rounding)
+                method_params=method_params.get(cell.method), rounding=rounding)
 
 
 def run_group(net, group: list, cfg, prompts: TaskPrompts, tokenizer, params_of, memory,
@@ -90,8 +116,12 @@ def run_group(net, group: list, cfg, prompts: TaskPrompts, tokenizer, params_of,
     interval = cfg.interval if head.protocol == "interval" else 0
     draws = range(prompts.sampling["samples"])
     device = next(net.parameters()).device
-    methods = list(dict.fromkeys(cell.method for cell in group))
-    method_params = {cell.method: params_of(cell) for cell in group}
+    from lightning_bench.sparsity.masking.method import MaskedAttention
+
+    masked = {cell.method: MaskedAttention(cell.method, cfg.attention_sparsity[cell.method]) for cell in group
+              if cell.method in cfg.attention_sparsity}
+    methods = list(dict.fromkeys(masked.get(cell.method, cell.method) for cell in group))
+    method_params = {cell.method: params_of(cell) for cell in group if cell.method not in masked}
     pairs = {cell.key: [] for cell in group}
     rows = {cell.key: [] for cell in group}
     described = {}
@@ -110,14 +140,16 @@ def run_group(net, group: list, cfg, prompts: TaskPrompts, tokenizer, params_of,
             for index in indices:
                 sample = prompts.samples[index]
                 arguments = functools.partial(_arguments, index=index, sample=sample, prompts=prompts,
-                                              tokenizer=tokenizer, method_params=method_params, rounding=cfg.rounding)
+                                              tokenizer=tokenizer, method_params=method_params, rounding=cfg.rounding,
+                                              masked=masked)
                 context, question, cue = (torch.tensor([ids], dtype=torch.long, device=device)
                                           for ids in sample.parts[protocol])
                 shared = task_decode.prefill_prompt(net, context, question, protocol, methods,
                                                     method_params=method_params, cue_ids=cue)
                 work.append((shared, [task_decode.continuation(**arguments(cell, draw)) for cell in group
                                       for draw in draws]))
-            records = task_decode.continue_prompts(work, cfg.max_batch_rows, interval)
+            records = task_decode.continue_prompts(work, cfg.max_batch_rows, interval,
+                                                   attention_error=cfg.attention_error)
         del work
         for index, example_records in zip(indices, records):
             sample = prompts.samples[index]

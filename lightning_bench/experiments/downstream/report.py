@@ -76,10 +76,21 @@ def _method_parameters(grid, records: dict) -> str:
     shown = {}
     for cell in grid:
         described = records[cell.key].get("method_params") or {}
+        if "maskers" in described:  # a masker stack: what it is
+            shown.setdefault(cell.method, f"{cell.method}[{described.get('slug')}]")
+            continue
         params = [f"{p}={described[p]}" for p in METHODS[cell.method].param_specs() if p in described]
         if params:
             shown.setdefault(cell.method, f"{cell.method}({', '.join(params)})")
     return f"method parameters: {'; '.join(shown.values())}\n" if shown else ""
+
+
+def _attention(grid, records: dict) -> str:
+    """Each metered cell's density and attention error against full attention (pooled over its rows)."""
+    lines = [f"  {cell.key}: density {a['density']:.3f}, attention error {a['attention_error']:.4f}"
+             for cell in grid for a in [records[cell.key].get("attention")] if a and a["density"] is not None]
+    return "attention (kept / visible entries; ||o - o_full||_F / ||o_full||_F):\n" + "\n".join(lines) + "\n" \
+        if lines else ""
 
 
 def _weak_tasks(grid, records: dict, floor: float = 20.0) -> str:
@@ -102,7 +113,7 @@ def write_report(folder: Path, name: str, config: dict, meta: dict, grid, record
     text = (f"{name}: {config['model']['pretrained']}, {len(grid)} cells; score = each task's primary metric "
             f"(percent); kept = fraction of the compressed tokens kept by the first compression; diffs are paired "
             f"over the same examples (unit: one example; n = the examples paired)\n"
-            f"{_method_parameters(grid, records)}{_weak_tasks(grid, records)}\n"
+            f"{_method_parameters(grid, records)}{_attention(grid, records)}{_weak_tasks(grid, records)}\n"
             f"{_table(grid, records, compared)}\n")
     summary_path = write_text_atomic(folder / f"{name}_summary.txt", text)
     return results_path, summary_path

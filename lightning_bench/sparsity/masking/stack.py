@@ -96,16 +96,33 @@ def _item(item) -> Masker:
     raise ConfigError(f"a masker is 'name:value', {{name: value}} or {{name: NAME, param: value}}, got {item!r}")
 
 
-@dataclass
-class LayerMeter:
-    """Sums of one layer: kept and visible entries over the metered queries (a query whose own slot is padding
-    is not metered), and the squared norms of the dense output and of the difference."""
+SUMS = ("kept", "visible", "error_sq", "dense_sq")  # what the meter adds up per layer (and per batch row)
 
-    kept: float = 0.0
-    visible: float = 0.0
-    error_sq: float = 0.0
-    dense_sq: float = 0.0
-    calls: int = 0
+
+def attention_figures(sums: dict) -> dict:
+    """density and attention error per layer and their means over layers, from {layer: [kept entries, visible
+    causal entries, sum ||o_dense - o||^2, sum ||o_dense||^2]} over the metered queries (a query whose own slot
+    is padding is not metered; a dense-fallback row counts as full):
+    density = kept / visible, attention_error = ||o_dense - o||_F / ||o_dense||_F."""
+    layers = sorted(sums, key=int)
+    density = [sums[i][0] / sums[i][1] if sums[i][1] else None for i in layers]
+    error = [(sums[i][2] / sums[i][3]) ** 0.5 if sums[i][3] else None for i in layers]
+
+    def mean(values):
+        known = [v for v in values if v is not None]
+        return sum(known) / len(known) if known else None
+
+    return {"density": mean(density), "attention_error": mean(error), "layers": [int(i) for i in layers],
+            "density_per_layer": density, "attention_error_per_layer": error}
+
+
+def add_sums(total: dict, more: dict) -> dict:
+    """`more`'s per-layer sums added into `total` (both {layer: [4 floats]}); returns `total`."""
+    for layer, values in more.items():
+        into = total.setdefault(int(layer), [0.0] * len(SUMS))
+        for j, value in enumerate(values):
+            into[j] += float(value)
+    return total
 
 
 @dataclass
@@ -114,7 +131,8 @@ class MaskerStack:
     seed: int = 0
     dense_layers: tuple = ()  # layers left dense (MagicPIG's and Quest's authors keep the first ones dense)
     prefill_sparse: bool = False  # the context's queries sparse too (perplexity always is)
-    meters: dict = field(default_factory=dict, repr=False)
+    meters: dict = field(default_factory=dict, repr=False)  # {layer: sums} over everything absorbed
+    pending: dict = field(default_factory=dict, repr=False)  # {layer: (4, B) sums per batch row} since `drain`
 
     def __post_init__(self):
         if not self.maskers:
@@ -177,8 +195,7 @@ class MaskerStack:
         rank = (valid.long().cumsum(-1) - 1).masked_fill(~valid, -1)
         key_rank = rank.view(B, 1, 1, 1, S)
         out = dense.clone()
-        meter = self.meters.setdefault(layer_idx, LayerMeter())
-        meter.calls += 1
+        sums = self.pending.setdefault(layer_idx, torch.zeros(len(SUMS), B, dtype=torch.float64))
         step = max(1, CHUNK_ELEMENTS // max(1, B * Hq * S))
         for lo in range(0, q, step):
             hi = min(q, lo + step)
@@ -206,26 +223,34 @@ class MaskerStack:
             reference = dense[:, lo:hi].float().transpose(1, 2).reshape(B, Hkv, G, c, D)
             sparse = torch.where(dense_rows[..., None], reference, sparse)
             out[:, lo:hi] = sparse.reshape(B, Hq, c, D).transpose(1, 2).to(out.dtype)
-            metered = (query_rank >= 0).view(B, 1, 1, c)
+            metered = (query_rank >= 0).view(B, 1, 1, c).double()
             n_visible = visible.sum(-1).expand(B, Hkv, G, c).double()
             n_kept = torch.where(dense_rows, n_visible, kept.sum(-1).double())
-            meter.kept += float((n_kept * metered).sum())
-            meter.visible += float((n_visible * metered).sum())
-            meter.error_sq += float((((sparse - reference) ** 2).sum(-1) * metered).double().sum())
-            meter.dense_sq += float(((reference ** 2).sum(-1) * metered).double().sum())
+            per_row = torch.stack([n_kept, n_visible, ((sparse - reference) ** 2).sum(-1).double(),
+                                   (reference ** 2).sum(-1).double()])  # (4, B, Hkv, G, c)
+            sums += (per_row * metered).sum((2, 3, 4)).cpu()
         return out
 
     # ---- what a record holds ----------------------------------------------------------------
+    def drain(self) -> dict:
+        """{layer: (4, B) sums per batch row} of the calls since the last drain (the caller knows which row is
+        which: an engine's rows change as they finish), cleared."""
+        pending, self.pending = self.pending, {}
+        return pending
+
+    def absorb(self, pending: Optional[dict] = None, row: Optional[int] = None) -> dict:
+        """Add drained sums (default: drain now) into the stack's own meter, every row or one; returns them as
+        {layer: [4 floats]}."""
+        pending = self.drain() if pending is None else pending
+        sums = {layer: (t.sum(1) if row is None else t[:, row]).tolist() for layer, t in pending.items()}
+        add_sums(self.meters, sums)
+        return sums
+
     def reset(self) -> None:
-        self.meters = {}
+        self.meters, self.pending = {}, {}
 
     def figures(self) -> dict:
-        """density and attention error per layer (sparse layers metered so far) and their means over layers:
-        density = kept entries / visible causal entries, error = ||o_dense - o||_F / ||o_dense||_F."""
-        layers = sorted(self.meters)
-        density = [self.meters[i].kept / self.meters[i].visible if self.meters[i].visible else None for i in layers]
-        error = [(self.meters[i].error_sq / self.meters[i].dense_sq) ** 0.5 if self.meters[i].dense_sq else None
-                 for i in layers]
-        mean = lambda xs: (sum(x for x in xs if x is not None) / max(1, sum(x is not None for x in xs)))  # noqa: E731
-        return {"density": mean(density) if layers else None, "attention_error": mean(error) if layers else None,
-                "layers": layers, "density_per_layer": density, "attention_error_per_layer": error}
+        """attention_figures of everything metered (what is pending absorbed first)."""
+        if self.pending:
+            self.absorb()
+        return attention_figures(self.meters)
