@@ -93,7 +93,7 @@ SIZES = {
                 fit=dict(n_layer=12, d_model=1024, n_head=16, seq=1024, batch=16, warmup=10, steps=30),
                 bnb_docs=3, bnb_seq=1024, mamba=dict(d_model=512, n_layer=4, vocab=32000, seq=512, batch=2),
                 kv_context=1024, kv_overhead_context=4096, kv_repeats=3, kv_sparsity=0.9, downstream=[],
-                attention=dict(docs=3, seq=2048, batch=4, runs=len(ATTENTION_RUNS), budget=260)),
+                attention=dict(docs=3, seq=2048, batch=4, runs=len(ATTENTION_RUNS), budget=220)),
     "dry": dict(matmul=256, eval_docs=1, eval_seq=64, eval_batch=2,
                 fit=dict(n_layer=1, d_model=64, n_head=4, seq=32, batch=2, warmup=2, steps=2),
                 bnb_docs=1, bnb_seq=64, mamba=dict(d_model=32, n_layer=1, vocab=100, seq=16, batch=1),

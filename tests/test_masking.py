@@ -315,3 +315,24 @@ def test_downstream_bad_stacks_are_one_line(stacks, expected, tiny_hf, shared_da
                         "--results_dir", str(tmp_path), "--tasks", "xsum", "--attention_sparsity", stacks], capsys)
     assert code == 2 and "Traceback" not in err
     assert expected in err.strip().splitlines()[-1]
+
+
+def test_perplexity_batches_of_other_sizes_are_metered_apart(net):
+    """The evaluation's last batch is often smaller: each forward's sums are absorbed before the next."""
+    from lightning_bench.sparsity.masking.evaluation import QueryTimeSparsity
+
+    class Module:
+        def __init__(self, net):
+            self.net = net
+
+    sparse = QueryTimeSparsity.build("sink:2,local:4")
+    module, ids = Module(net), ids_batch(T=16, rows=3)
+    two, one = sparse.logits(module, ids[:2]), sparse.logits(module, ids[2:])
+    alone, stack = masked_logits(net, ids, "sink:2,local:4")
+    torch.testing.assert_close(torch.cat([two, one]), alone, atol=1e-6, rtol=1e-6)
+    assert sparse.figures()["density"] == pytest.approx(stack.figures()["density"])
+    assert sparse.figures()["forwards"] == 2
+    with pytest.raises(RuntimeError, match="drain"):
+        with torch.no_grad(), capturing(net, None, masking=sparse.stack):
+            net(input_ids=ids[:2])
+            net(input_ids=ids[:1])

@@ -42,5 +42,6 @@ class QueryTimeSparsity:
         net = resolve_network(module.net)
         with capturing(net, None, masking=self.stack):
             out = net(input_ids=input_ids, logits_to_keep=0 if logits_to_keep is None else logits_to_keep)
+        self.stack.absorb()  # this forward's sums: the next batch may have another number of rows
         self.forwards += 1
         return out.logits

@@ -196,6 +196,9 @@ class MaskerStack:
         key_rank = rank.view(B, 1, 1, 1, S)
         out = dense.clone()
         sums = self.pending.setdefault(layer_idx, torch.zeros(len(SUMS), B, dtype=torch.float64))
+        if sums.shape[1] != B:
+            raise RuntimeError(f"layer {layer_idx}: {sums.shape[1]} rows metered since the last drain, this call has "
+                               f"{B}; drain (or absorb) the stack after every forward")
         step = max(1, CHUNK_ELEMENTS // max(1, B * Hq * S))
         for lo in range(0, q, step):
             hi = min(q, lo + step)
