@@ -336,3 +336,14 @@ def test_perplexity_batches_of_other_sizes_are_metered_apart(net):
         with torch.no_grad(), capturing(net, None, masking=sparse.stack):
             net(input_ids=ids[:2])
             net(input_ids=ids[:1])
+
+
+def test_stack_options_stand_among_the_maskers():
+    one = MaskerStack.parse("sink:4,dense_layers:0:16,magic_pig:10:75,seed:7")
+    two = MaskerStack.parse([{"sink": 4}, {"dense_layers": [0, 16]}, "magic_pig:10:75", {"seed": 7}])
+    assert one.describe() == two.describe()
+    assert one.dense_layers == (0, 16) and one.seed == 7 and [m.name for m in one.maskers] == ["sink", "magic_pig"]
+    for bad, message in (("sink:4,seed:1:2", "the stack option seed takes one integer"),
+                         ("sink:4,dense_layers:a", "dense_layers are layer indices")):
+        with pytest.raises(ConfigError, match=message):
+            MaskerStack.parse(bad)

@@ -2,7 +2,8 @@
 
 `MaskerStack.parse("sink:128,local:128,oracle_topk:0.05")` (or a YAML list: `[{sink: 128}, "local:128",
 {name: magic_pig, lsh_k: 8, lsh_l: 75}]`): maskers in order, each `name:value:value...` with values positional
-(in the masker's declared order) or `key=value`. The maskers' entries merge by adding and clamping to [0, 1]; at
+(in the masker's declared order) or `key=value`; the stack's own options may stand among them:
+`dense_layers:0:16` (layers left dense), `seed:7` (of the sampling maskers' draws). The maskers' entries merge by adding and clamping to [0, 1]; at
 most one sampling masker per stack.
 
 The output of one (row, query head, query) over its visible keys V, with e_j = exp(s_j - max_V s) and the merged
@@ -125,6 +126,27 @@ def add_sums(total: dict, more: dict) -> dict:
     return total
 
 
+STACK_OPTIONS = ("dense_layers", "seed")
+
+
+def _stack_option(item):
+    """(option, values) for an item naming a stack option ('dense_layers:0:16', {dense_layers: [0, 16]}), else
+    (None, None)."""
+    if isinstance(item, str) and item.split(":")[0].strip() in STACK_OPTIONS:
+        name, *values = [part.strip() for part in item.split(":")]
+        return name, [_value(v) for v in values]
+    if isinstance(item, dict) and len(item) == 1 and next(iter(item)) in STACK_OPTIONS:
+        (name, value), = item.items()
+        return name, list(value) if isinstance(value, (list, tuple)) else [value]
+    return None, None
+
+
+def _one(name: str, values: list):
+    if len(values) != 1 or not isinstance(values[0], int):
+        raise ConfigError(f"the stack option {name} takes one integer, got {values}")
+    return values[0]
+
+
 @dataclass
 class MaskerStack:
     maskers: list
@@ -140,7 +162,9 @@ class MaskerStack:
         sampling = [m.name for m in self.maskers if m.sampling]
         if len(sampling) > 1:
             raise ConfigError(f"at most one sampling masker per stack, got {', '.join(sampling)}")
-        self.dense_layers = tuple(int(i) for i in self.dense_layers)
+        if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in self.dense_layers):
+            raise ConfigError(f"dense_layers are layer indices (integers >= 0), got {list(self.dense_layers)}")
+        self.dense_layers = tuple(self.dense_layers)
 
     @classmethod
     def parse(cls, spec: Union[str, list, "MaskerStack"], **options) -> "MaskerStack":
@@ -152,7 +176,14 @@ class MaskerStack:
             items = list(spec)
         else:
             raise ConfigError(f"--attention_sparsity takes 'name:value,...' or a list of maskers, got {spec!r}")
-        return cls([_item(item) for item in items], **options)
+        maskers = []
+        for item in items:  # the stack's own options may stand among the maskers: dense_layers:0:16, seed:7
+            name, values = _stack_option(item)
+            if name is None:
+                maskers.append(_item(item))
+            else:
+                options[name] = values if name == "dense_layers" else _one(name, values)
+        return cls(maskers, **options)
 
     @property
     def name(self) -> str:
