@@ -347,3 +347,34 @@ def test_stack_options_stand_among_the_maskers():
                          ("sink:4,dense_layers:a", "dense_layers are layer indices")):
         with pytest.raises(ConfigError, match=message):
             MaskerStack.parse(bad)
+
+
+# ---- masker stacks as methods of the perplexity `sweep` -----------------------------------------------------
+def test_sweep_runs_stacks_beside_eviction(tmp_path, tiny_corpus, capsys):
+    import json
+
+    from tests.test_streaming_sparsity import sweep, tiny_sweep
+
+    config = tiny_sweep(tmp_path, tiny_corpus, methods=["dense", "h2o"],
+                        attention_sparsity={"full": "sink:1.0", "window": "sink:1,local:3"}, context_length_sweep=None)
+    out = sweep(capsys, "--config", str(config))
+    results = json.loads((tmp_path / "sweep.json").read_text())["results"]["tiny"]
+    dense, full = results["dense"]["sparsity_sweep"]["0.0"], results["full"]["sparsity_sweep"]["0.0"]
+    window = results["window"]["sparsity_sweep"]["0.0"]
+    assert set(results["window"]["sparsity_sweep"]) == {"0.0"}  # a stack evicts nothing: one cell per length
+    # dense streams in chunks of 2 tokens, a stack scores a window in one forward: the same up to float rounding
+    assert full["perplexity"] == pytest.approx(dense["perplexity"], rel=1e-6)
+    assert full["density"] == 1.0 and full["attention_error"] == 0.0
+    assert 0 < window["density"] < 1 and window["attention_error"] > 0 and window["perplexity"] != dense["perplexity"]
+    assert window["method_params"]["maskers"] == [{"masker": "sink", "sink_size": 1}, {"masker": "local", "window_size": 3}]
+    assert "(density " in out
+    changed = tiny_sweep(tmp_path, tiny_corpus, methods=["dense", "h2o"],
+                         attention_sparsity={"full": "sink:1.0", "window": "sink:1,local:4"}, context_length_sweep=None)
+    code, _, err = run_sweep(capsys, "--config", str(changed))
+    assert code == 2 and "window" in err.strip().splitlines()[-1]  # another stack under the same name: refused
+
+
+def run_sweep(capsys, *argv):
+    from tests.test_cli import run
+
+    return run(["sweep", *argv], capsys)

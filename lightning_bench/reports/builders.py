@@ -32,8 +32,11 @@ def _ppl_vs_sparsity(record, dataset, methods, path) -> list[Figure]:
     by_length: dict[int, dict[str, list]] = {}  # context length -> method -> [(sparsity, ppl)]
     for method, sweeps in methods.items():
         for cell in (sweeps.get("sparsity_sweep") or {}).values():
-            by_length.setdefault(cell["context_length"], {}).setdefault(method, []).append(
-                (cell["sparsity"], cell["perplexity"]))
+            # a masker stack keeps the whole cache: placed at 1 - its density (the attention entries it skips)
+            stack = cell.get("density") is not None
+            by_length.setdefault(cell["context_length"], {}).setdefault(
+                f"{method} (stack, at 1 - density)" if stack else method, []).append(
+                (1.0 - cell["density"] if stack else cell["sparsity"], cell["perplexity"]))
     figures = []
     for length, points in sorted(by_length.items()):
         levels = sorted({s for pts in points.values() for s, _ in pts})

@@ -129,17 +129,9 @@ class DownstreamConfig:
         self.weights_dtype()  # --bits 16 against another --model.dtype: one line
 
     def check_stacks(self) -> None:
-        """Every --attention_sparsity entry parses, under a name a cell file can hold that no method has."""
-        import re
+        from lightning_bench.sparsity.masking.stack import check_named_stacks
 
-        from lightning_bench.sparsity import METHODS
-        from lightning_bench.sparsity.masking import MaskerStack
-
-        for name, spec in self.attention_sparsity.items():
-            if not re.fullmatch(r"[a-z0-9_]+", name) or name in METHODS or name in self.methods:
-                raise ConfigError(f"--attention_sparsity name {name!r}: use lowercase letters, digits and _, and not "
-                                  "the name of a method")
-            MaskerStack.parse(spec)
+        check_named_stacks(self.attention_sparsity, self.methods)
 
     @property
     def grid_methods(self) -> list[str]:

@@ -88,8 +88,10 @@ def _run_cells(cfg: SweepConfig, results, config: dict, command: str) -> int:
         meta_data[cell.dataset] = provenance
         protocols[cell.dataset] = describe_protocol(dm, cfg, cell.dataset)
         ran.append(cell)
-        say(cell, f"ppl {figures['perplexity']:.3f}, mean cache {figures['mean_cache_size']:.1f} of "
-                  f"{figures['dense_mean_cache_size']:.1f}, {figures['tokens']} tokens, {figures['seconds']:.1f} s")
+        kept = f"density {figures['density']:.3f}, attention error {figures['attention_error']:.4f}" \
+            if figures.get("density") is not None else \
+            f"mean cache {figures['mean_cache_size']:.1f} of {figures['dense_mean_cache_size']:.1f}"
+        say(cell, f"ppl {figures['perplexity']:.3f}, {kept}, {figures['tokens']} tokens, {figures['seconds']:.1f} s")
         return [figures]
 
     works = [Work(cell, {"method_params": cfg.resolved_params(cell.method)}, cell.key) for cell in grid]

@@ -12,7 +12,7 @@ from jsonargparse.typing import PositiveInt
 
 from lightning_bench.errors import ConfigError, deprecated, unknown_name
 from lightning_bench.experiments.core.config import Fraction, Renamed, Seed, check_name, check_unique
-from lightning_bench.experiments.core.grid import sparsity_key, sparsity_levels_for
+from lightning_bench.experiments.core.grid import DENSE, sparsity_key, sparsity_levels_for
 from lightning_bench.experiments.core.store import fingerprint
 from lightning_bench.models import LanguageModule
 
@@ -135,6 +135,9 @@ class SweepConfig:
     """windows per evaluation batch"""
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     """{method: {parameter: value}}; unset parameters take the method's defaults"""
+    attention_sparsity: dict[str, Any] = field(default_factory=dict)
+    """{name: masker stack}: query-time sparse attention as methods of the sweep (every query of a window through
+    the stack, the cache whole: one cell per dataset and context length), e.g. '{topk5: "oracle_topk:0.05"}'"""
     sparsity_sweep: Optional[SparsitySweep] = None
     """perplexity at each sparsity level, at one context length"""
     context_length_sweep: Optional[ContextLengthSweep] = None
@@ -147,8 +150,11 @@ class SweepConfig:
         from lightning_bench.sparsity.methods import METHODS
         from lightning_bench.sparsity.streaming import check_streaming_args
 
-        if not self.methods:
+        from lightning_bench.sparsity.masking.stack import check_named_stacks
+
+        if not self.methods and not self.attention_sparsity:
             raise ConfigError(f"methods must be a non-empty list of sparsity methods; valid: {', '.join(sorted(METHODS))}")
+        check_named_stacks(self.attention_sparsity, self.methods)
         check_unique("methods", self.methods, "method")
         for method in self.method_params:  # parameters of a method left out of this run (e.g. --methods) are kept
             if method not in METHODS:
@@ -198,26 +204,30 @@ class SweepConfig:
         """Every cell, dataset-major, in run order."""
         out = []
         for data in self.data:
-            for method in self.methods:
+            for method in [*self.methods, *self.attention_sparsity]:
+                whole = DENSE if method in self.attention_sparsity else method  # a stack evicts nothing: level 0
                 if self.sparsity_sweep:
                     length = self.sparsity_sweep.context_length
                     out += [Cell(data, method, "sparsity_sweep", sparsity_key(s), length, s)
-                            for s in sparsity_levels_for(method, self.sparsity_sweep.ratios)]
+                            for s in sparsity_levels_for(whole, self.sparsity_sweep.ratios)]
                 if self.context_length_sweep:
-                    s = sparsity_levels_for(method, [self.context_length_sweep.ratio])[0]
+                    s = sparsity_levels_for(whole, [self.context_length_sweep.ratio])[0]
                     out += [Cell(data, method, "context_length_sweep", str(length), length, s)
                             for length in self.context_length_sweep.context_lengths]
         return out
 
     def grid(self) -> dict:
-        return {"datasets": list(self.data), "methods": self.methods,
+        return {"datasets": list(self.data), "methods": [*self.methods, *self.attention_sparsity],
                 "sparsity_levels": self.sparsity_sweep.ratios if self.sparsity_sweep else None,
                 "context_lengths": self.context_length_sweep.context_lengths if self.context_length_sweep else None}
 
     def resolved_params(self, method: str) -> dict:
         """The method's parameters, defaults included, as a cell records them."""
+        from lightning_bench.sparsity.masking import MaskerStack
         from lightning_bench.sparsity.methods import make_method
 
+        if method in self.attention_sparsity:
+            return MaskerStack.parse(self.attention_sparsity[method]).describe()
         described = make_method(method, **self.method_params.get(method, {})).describe()
         return {k: v for k, v in described.items() if k != "method"}
 

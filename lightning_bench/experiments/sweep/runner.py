@@ -80,11 +80,12 @@ class CellRunner:
 
         cfg, spec, streaming = self.cfg, self.cfg.data[cell.dataset], self.cfg.streaming
         module, dm = self.model(), self.datamodule(cell.dataset, cell.context_length)
-        evicts = cell.method != "dense"
-        callback = SparsityCallback(cell.method, ratio=cell.sparsity if evicts else None,
-                                    chunk_size=streaming.chunk_size, interval=streaming.interval,
-                                    rerotate=streaming.rerotate, method_params=cfg.method_params.get(cell.method),
-                                    rounding=streaming.rounding)
+        stack = cfg.attention_sparsity.get(cell.method)
+        evicts = cell.method != "dense" and stack is None
+        callback = SparsityCallback(attention_sparsity=stack) if stack is not None else \
+            SparsityCallback(cell.method, ratio=cell.sparsity if evicts else None, chunk_size=streaming.chunk_size,
+                             interval=streaming.interval, rerotate=streaming.rerotate,
+                             method_params=cfg.method_params.get(cell.method), rounding=streaming.rounding)
         windows = windows_for(spec.max_tokens, cell.context_length, dm.eval_stride)
         batches = math.ceil(windows / cfg.eval_batch_size) if windows else 1.0
         stage = SPLIT_STAGE[spec.split]
@@ -106,6 +107,9 @@ class CellRunner:
         if not metrics:
             raise ConfigError(f"{cell.label}: no token was scored (is the {spec.split} split empty?)")
         sparsity = callback.summary()
+        if stack is not None:  # the whole cache, every query through the stack: its density and attention error
+            sparsity = {**sparsity, "mean_cache_length": None, "dense_mean_cache_length": None, "cache_fraction": None,
+                        "peak_kv_bytes": None, "dense_peak_kv_bytes": None, "compressions": 0}
         figures = {
             "perplexity": metrics["ppl"], "bits_per_token": metrics["bits_per_token"], "cross_entropy": metrics["loss"],
             "tokens": metrics["scored_tokens"],
@@ -118,8 +122,11 @@ class CellRunner:
             # word/byte units exist only when the whole evaluated text was scored (no max_tokens cut)
             "word_perplexity": metrics.get("word_ppl"), "byte_perplexity": metrics.get("byte_ppl"),
             "context_length": cell.context_length, "sparsity": cell.sparsity if evicts else 0.0,
-            "method_params": {k: v for k, v in callback.method.describe().items() if k != "method"},
+            "method_params": cfg.resolved_params(cell.method),
         }
+        if stack is not None:
+            figures.update({k: sparsity[k] for k in ("density", "attention_error", "density_per_layer",
+                                                     "attention_error_per_layer")})
         return figures, dm
 
 
@@ -160,6 +167,8 @@ def markdown_table(doc: dict, dataset: str) -> str:
             if found is None and method == "dense" and dense is not None:
                 row.append("= sparsity 0")
             else:
-                row.append("-" if found is None else f"{found['perplexity']:.2f} ({found['mean_cache_size']:.1f})")
+                row.append("-" if found is None else f"{found['perplexity']:.2f} (density {found['density']:.3f})"
+                           if found.get("density") is not None else
+                           f"{found['perplexity']:.2f} ({found['mean_cache_size']:.1f})")
         lines.append(f"| {method} | " + " | ".join(row) + " |")
     return "\n".join(lines)

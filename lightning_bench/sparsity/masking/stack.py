@@ -288,3 +288,18 @@ class MaskerStack:
         if self.pending:
             self.absorb()
         return attention_figures(self.meters)
+
+
+def check_named_stacks(stacks: dict, methods) -> dict:
+    """A grid's `attention_sparsity` ({name: stack}): every stack parses, under a name a cell file can hold that no
+    eviction method has; {name: MaskerStack}."""
+    from lightning_bench.sparsity.methods import METHODS
+
+    out = {}
+    for name, spec in stacks.items():
+        if not re.fullmatch(r"[a-z0-9_]+", str(name)) or name in METHODS or name in methods:
+            raise ConfigError(f"--attention_sparsity name {name!r}: use lowercase letters, digits and _, and not the "
+                              "name of a method")
+        out[name] = MaskerStack.parse(spec)
+    return out
+
