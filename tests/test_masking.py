@@ -378,3 +378,29 @@ def run_sweep(capsys, *argv):
     from tests.test_cli import run
 
     return run(["sweep", *argv], capsys)
+
+
+def test_sampling_maskers_at_full_coverage_are_dense_exactly(net):
+    """adaptive_sampling with a budget of every residual key gives them b / n_s = 1: with sink and local covering
+    the rest the mask is full, so the forward is the dense one bit for bit; random_sampling at rate 1 is not
+    full (draws with replacement) but its uniform value cancels: softmax over the drawn keys."""
+    ids = ids_batch()
+    with torch.no_grad():
+        dense = net(input_ids=ids).logits
+    full, stack = masked_logits(net, ids, "sink:2,local:2,adaptive_sampling:1.0:0.001:0.001:2:2")
+    assert torch.equal(full, dense) and stack.figures()["density"] == 1.0
+
+
+def test_cli_stacks_compose_with_low_bit_weights(tiny_corpus, capsys, tmp_path):
+    import json
+
+    for extra in (["--bits", "8"], ["--bits", "8", "--attention_sparsity", "sink:1.0"],
+                  ["--bits", "8", "--attention_sparsity", "sink:2,local:4"]):
+        code, _, err = _test_run(tiny_corpus, capsys, *extra)
+        assert code in (0, None), err
+    base = tmp_path / "r" / "transformer_tiny_corpus_seq32_bits8_test"
+    dense = json.loads(base.with_suffix(".json").read_text())
+    full = json.loads((tmp_path / "r" / (base.name + "_attn_sink1.0.json")).read_text())
+    sparse = json.loads((tmp_path / "r" / (base.name + "_attn_sink2-local4.json")).read_text())
+    assert full["metrics"]["loss"] == dense["metrics"]["loss"] and full["quantization"] == dense["quantization"]
+    assert sparse["metrics"]["loss"] != dense["metrics"]["loss"] and sparse["sparsity"]["density"] < 1
