@@ -404,3 +404,28 @@ def test_cli_stacks_compose_with_low_bit_weights(tiny_corpus, capsys, tmp_path):
     sparse = json.loads((tmp_path / "r" / (base.name + "_attn_sink2-local4.json")).read_text())
     assert full["metrics"]["loss"] == dense["metrics"]["loss"] and full["quantization"] == dense["quantization"]
     assert sparse["metrics"]["loss"] != dense["metrics"]["loss"] and sparse["sparsity"]["density"] < 1
+
+
+def test_a_registered_masker_is_parsed_like_the_shipped_ones(monkeypatch):
+    from lightning_bench.sparsity.masking import stack as stack_module
+    from lightning_bench.sparsity.masking import register_masker
+    from lightning_bench.sparsity.parameters import param
+
+    monkeypatch.setattr(stack_module, "_REGISTERED", {})
+
+    @register_masker
+    @dataclass
+    class EveryOther(Masker):
+        name = "every_other"
+        needs_weights = None
+        phase: int = param(0, "keep the keys of this rank parity", choices=(0, 1))
+
+        def entries(self, ctx):
+            return ((ctx.key_rank % 2 == self.phase) & ctx.visible).float().expand_as(ctx.mask)
+
+    stack = MaskerStack.parse("sink:1,every_other:1")
+    assert [m.name for m in stack.maskers] == ["sink", "every_other"] and stack.maskers[1].phase == 1
+    with pytest.raises(ConfigError, match="must be one of"):
+        MaskerStack.parse("every_other:2")
+    with pytest.raises(ValueError, match="no other masker has"):
+        register_masker(EveryOther)

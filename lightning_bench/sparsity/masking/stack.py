@@ -34,12 +34,25 @@ from lightning_bench.sparsity.parameters import build
 ALIASES = {"sink_masker": "sink", "local_masker": "local"}  # the earlier tuning system's config names
 
 
+_REGISTERED: dict[str, type[Masker]] = {}  # maskers added with `register_masker`
+
+
+def register_masker(cls: type[Masker]) -> type[Masker]:
+    """Add a masker class to the registry (usable as a decorator): the extension point of the maskers this
+    library does not ship, e.g. learned ones (HashAttention, DoubleSparsity) whose `needs_weights` names the
+    parameter holding their weight file, loaded in their own __post_init__."""
+    if not cls.name or cls.name in registry():
+        raise ValueError(f"a masker needs a name no other masker has, got {cls.name!r}")
+    _REGISTERED[cls.name] = cls
+    return cls
+
+
 def registry() -> dict[str, type[Masker]]:
     from lightning_bench.sparsity.masking.fixed import Local, OracleTopK, OracleTopP, Quest, Sink
     from lightning_bench.sparsity.masking.sampled import AdaptiveSampling, MagicPig, RandomSampling
 
-    return {m.name: m for m in (Sink, Local, OracleTopK, OracleTopP, Quest, RandomSampling, MagicPig,
-                                AdaptiveSampling)}
+    return {**{m.name: m for m in (Sink, Local, OracleTopK, OracleTopP, Quest, RandomSampling, MagicPig,
+                                   AdaptiveSampling)}, **_REGISTERED}
 
 
 def _value(text: str):
