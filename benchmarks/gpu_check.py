@@ -35,6 +35,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -56,10 +57,11 @@ SHARED = Path(os.environ.get("LB_SHARED_DIR", ROOT.parent / "shared"))
 DEFAULT_MODEL = os.environ.get("LB_SMOLLM2_DIR", str(Path.home() / ".cache/lightning_bench/smollm2-135m-instruct"))
 TEST_CONFIG = "configs/test/smollm2_wikitext2.yaml"
 QUICK_TEST = "configs/downstream/quick_test.yaml"
+ATTENTION_RULER = "configs/downstream/attention_sparsity.yaml"
 
 # seconds per section on the GPU; all of them (+ setup) stay under the 8 minutes of the issue
 LIMITS = {"setup": 60, "env": 30, "eval": 75, "mfu": 150, "step_variants": 150, "bnb": 90, "mamba": 45,
-          "eviction": 75, "downstream": 120, "attention_sparsity": 330}
+          "eviction": 75, "downstream": 120, "attention_sparsity": 330, "attention_ruler": 540}
 # query-time sparse attention against eviction on WikiText-2 perplexity, near 10%, then 5% and 20% of the keys:
 # (label, the `test` options); each run is recorded as it ends, the ones the section's time does not reach skipped
 ATTENTION_RUNS = [("dense", [])] + [
@@ -93,13 +95,17 @@ SIZES = {
                 fit=dict(n_layer=12, d_model=1024, n_head=16, seq=1024, batch=16, warmup=10, steps=30),
                 bnb_docs=3, bnb_seq=1024, mamba=dict(d_model=512, n_layer=4, vocab=32000, seq=512, batch=2),
                 kv_context=1024, kv_overhead_context=4096, kv_repeats=3, kv_sparsity=0.9, downstream=[],
-                attention=dict(docs=3, seq=2048, batch=4, runs=len(ATTENTION_RUNS), budget=220)),
+                attention=dict(docs=3, seq=2048, batch=4, runs=len(ATTENTION_RUNS), budget=220),
+                attention_ruler=["--max_batch_rows", "64", "--batch_examples", "8"]),
     "dry": dict(matmul=256, eval_docs=1, eval_seq=64, eval_batch=2,
                 fit=dict(n_layer=1, d_model=64, n_head=4, seq=32, batch=2, warmup=2, steps=2),
                 bnb_docs=1, bnb_seq=64, mamba=dict(d_model=32, n_layer=1, vocab=100, seq=16, batch=1),
                 kv_context=48, kv_overhead_context=96, kv_repeats=1, kv_sparsity=0.5,
                 downstream=["--max_samples", "1", "--max_new_tokens", "4", "--max_length", "192"],
-                attention=dict(docs=1, seq=64, batch=2, runs=3, budget=60)),
+                attention=dict(docs=1, seq=64, batch=2, runs=3, budget=60),
+                attention_ruler=["--tasks", "xsum", "--max_samples", "1", "--max_new_tokens", "3", "--max_length", "192",
+                                 "--max_context", "null", "--attention_sparsity", '{topk_10: "oracle_topk:0.1"}',
+                                 "--methods", "[dense, h2o]", "--ratios", "[0.5]"]),
 }
 
 
@@ -587,9 +593,34 @@ def section_attention_sparsity(ctx: dict) -> dict:
                                   "cache_fraction": "eviction (streamed, chunk 64): cache slots attended / dense"}}
 
 
+def section_attention_ruler(ctx: dict) -> dict:
+    """configs/downstream/attention_sparsity.yaml (masker stacks beside eviction on RULER niah_single_2 and vt at
+    4k) on the device, from the sets gpu_pack.sh carried (LB_RULER_DATA); each cell's score, density and error,
+    and the results JSON copied beside the check's (--out's folder). Run alone: `--only attention_ruler`."""
+    work = Path(ctx["workdir"]) / "attention_ruler"
+    argv = ["downstream", "--config", ATTENTION_RULER, "--model.pretrained", ctx["model"], "--data_dir", ctx["data"],
+            "--results_dir", str(work), "--accelerator", ctx["device"], *ctx["sizes"]["attention_ruler"]]
+    if not (Path(ctx["data"]) / "ruler" / "4096").is_dir() and not ctx["dry"]:
+        raise RuntimeError("no ruler/4096/ in the data: pack with LB_RULER_DATA=DATA (benchmarks/gpu_pack.sh)")
+    wall, _ = cli(ctx, argv)
+    results = work / "attention_sparsity" / "attention_sparsity_results.json"
+    if ctx.get("out_dir"):
+        shutil.copy(results, Path(ctx["out_dir"]) / "attention_ruler_results.json")
+    cells = json.loads(results.read_text())["cells"]
+    return {"wall_s": wall, "cells": {k: {"score": c["metrics"].get(c["primary_metric"]), "n": c["num_examples"],
+                                          "kept": c["cache"]["kept_fraction_of_compressed"],
+                                          "density": (c.get("attention") or {}).get("density"),
+                                          "attention_error": (c.get("attention") or {}).get("attention_error")}
+                                      for k, c in cells.items()},
+            "how": {"command": "lightning_bench " + shlex.join(argv), "dtype": "fp32"}}
+
+
 SECTIONS = {"setup": section_setup, "env": section_env, "eval": section_eval, "mfu": section_mfu,
             "step_variants": section_step_variants, "bnb": section_bnb, "mamba": section_mamba, "eviction": section_eviction,
-            "downstream": section_downstream, "attention_sparsity": section_attention_sparsity}
+            "downstream": section_downstream, "attention_sparsity": section_attention_sparsity,
+            "attention_ruler": section_attention_ruler}
+# measurements rather than checks, each most of a call: run with --only (the dry run runs them, small)
+ON_REQUEST = ("attention_sparsity", "attention_ruler")
 
 
 # ---- isolation --------------------------------------------------------------------------------------
@@ -748,13 +779,14 @@ def main() -> int:
     os.environ.update(LB_CACHE_DIR=str(workdir / "cache"), WANDB_MODE="offline", HF_HUB_OFFLINE="1")
     model = args.model or (str(workdir / "tiny_llama") if args.dry_run else DEFAULT_MODEL)
     ctx = {"device": "cpu" if args.dry_run else "cuda", "dry": args.dry_run, "model": model,
-           "data": str(Path(args.data).resolve()), "workdir": str(workdir),
+           "data": str(Path(args.data).resolve()), "workdir": str(workdir), "out_dir": str(Path(args.out).resolve().parent),
            "sizes": SIZES["dry" if args.dry_run else "gpu"],
            # tiny tensors on a shared CPU: intra-op threads only wait on each other (tests/conftest.py)
            "threads": 1 if args.dry_run else None}
     limits = dict(LIMITS)
     limits.update({k: float(v) for k, v in (item.split("=") for item in args.limit)})
-    names = list(SECTIONS) if not args.only else ["setup", *[n for n in args.only.split(",") if n != "setup"]]
+    default = [n for n in SECTIONS if args.dry_run or n not in ON_REQUEST]  # the long ones run when named
+    names = default if not args.only else ["setup", *[n for n in args.only.split(",") if n != "setup"]]
     unknown = sorted(set(names) - set(SECTIONS))
     if unknown:
         parser.error(f"unknown sections {unknown}; valid: {', '.join(SECTIONS)}")

@@ -13,7 +13,7 @@ from tests.conftest import ROOT
 
 pytestmark = pytest.mark.shared_data  # WikiText-2, the PG-19 sample, quick_test's XSum and SQuAD v2 rows
 SECTIONS = ["setup", "env", "eval", "mfu", "step_variants", "bnb", "mamba", "eviction", "downstream",
-            "attention_sparsity"]
+            "attention_sparsity", "attention_ruler"]
 
 
 def gpu_check(shared_data, tmp_path, *extra, inject=""):
@@ -64,6 +64,11 @@ def test_dry_run_runs_every_section(shared_data, tmp_path):
     assert runs["dense"]["density"] is None and runs["dense"]["ppl"] > 0
     for label in ("oracle_topk 10%", "sink+local 10%"):
         assert 0 < runs[label]["density"] < 1 and runs[label]["attention_error"] > 0 and runs[label]["ppl"] > 0
+    ruler = sections["attention_ruler"]["cells"]  # the preset, shrunk to one XSum example on the tiny model
+    assert set(ruler) == {"xsum__dense_s0.0_query_agnostic_seed1234", "xsum__h2o_s0.5_query_agnostic_seed1234",
+                          "xsum__topk_10_s0.0_query_agnostic_seed1234"}
+    assert ruler["xsum__h2o_s0.5_query_agnostic_seed1234"]["attention_error"] > 0
+    assert (tmp_path / "attention_ruler_results.json").exists()  # copied beside the check's JSON
 
 
 def test_a_failed_or_timed_out_section_is_recorded_and_the_next_ones_run(shared_data, tmp_path):
