@@ -61,7 +61,7 @@ ATTENTION_RULER = "configs/downstream/attention_sparsity.yaml"
 
 # seconds per section on the GPU; all of them (+ setup) stay under the 8 minutes of the issue
 LIMITS = {"setup": 60, "env": 30, "eval": 75, "mfu": 150, "step_variants": 150, "bnb": 90, "mamba": 45,
-          "eviction": 75, "downstream": 120, "attention_sparsity": 330, "attention_ruler": 540}
+          "eviction": 75, "downstream": 120, "attention_sparsity": 330, "attention_ruler": 540, "ruler_v2": 560}
 # query-time sparse attention against eviction on WikiText-2 perplexity, near 10%, then 5% and 20% of the keys:
 # (label, the `test` options); each run is recorded as it ends, the ones the section's time does not reach skipped
 ATTENTION_RUNS = [("dense", [])] + [
@@ -96,7 +96,8 @@ SIZES = {
                 bnb_docs=3, bnb_seq=1024, mamba=dict(d_model=512, n_layer=4, vocab=32000, seq=512, batch=2),
                 kv_context=1024, kv_overhead_context=4096, kv_repeats=3, kv_sparsity=0.9, downstream=[],
                 attention=dict(docs=3, seq=2048, batch=4, runs=len(ATTENTION_RUNS), budget=220),
-                attention_ruler=["--max_batch_rows", "64", "--batch_examples", "8"]),
+                attention_ruler=["--max_batch_rows", "64", "--batch_examples", "8"],
+                ruler_v2=["--max_batch_rows", "64", "--batch_examples", "8"]),
     "dry": dict(matmul=256, eval_docs=1, eval_seq=64, eval_batch=2,
                 fit=dict(n_layer=1, d_model=64, n_head=4, seq=32, batch=2, warmup=2, steps=2),
                 bnb_docs=1, bnb_seq=64, mamba=dict(d_model=32, n_layer=1, vocab=100, seq=16, batch=1),
@@ -105,7 +106,9 @@ SIZES = {
                 attention=dict(docs=1, seq=64, batch=2, runs=3, budget=60),
                 attention_ruler=["--tasks", "xsum", "--max_samples", "1", "--max_new_tokens", "3", "--max_length", "192",
                                  "--max_context", "null", "--attention_sparsity", '{topk_10: "oracle_topk:0.1"}',
-                                 "--methods", "[dense, h2o]", "--ratios", "[0.5]"]),
+                                 "--methods", "[dense, h2o]", "--ratios", "[0.5]"],
+                ruler_v2=["--tasks", "[xsum]", "--max_samples", "1", "--max_new_tokens", "3", "--max_length", "192",
+                          "--max_context", "null", "--methods", "[dense, snapkv]", "--protocols", "[query_aware]"]),
 }
 
 
@@ -615,12 +618,47 @@ def section_attention_ruler(ctx: dict) -> dict:
             "how": {"command": "lightning_bench " + shlex.join(argv), "dtype": "fp32"}}
 
 
+RULER_V2_TASKS = "[ruler/niah_single_1, ruler/niah_single_2, ruler/niah_single_3, ruler/niah_multikey_1, " \
+                 "ruler/niah_multivalue, ruler/niah_multiquery, ruler/fwe]"  # dense above 20 (docs/long_context.md)
+
+
+def section_ruler_v2(ctx: dict) -> dict:
+    """The long_context preset (protocol version 2) on the RULER tasks where dense scores above 20, on the device,
+    as a subprocess stopped 20 s before the section's limit; its cells live in the tree's ignored .gpu/ruler_v2
+    (kept while the machine is warm), so the same call again resumes them; every call copies what is done,
+    compressed, beside the check's JSON (ruler_v2_cells.tar.gz)."""
+    import tarfile
+
+    work = ROOT / ".gpu" / "ruler_v2" if not ctx["dry"] else Path(ctx["workdir"]) / "ruler_v2"
+    argv = ["downstream", "--config", "configs/downstream/long_context.yaml", "--model.pretrained", ctx["model"],
+            "--data_dir", ctx["data"], "--results_dir", str(work), "--name", "long_context_v2",
+            "--accelerator", ctx["device"], "--tasks", RULER_V2_TASKS, *ctx["sizes"]["ruler_v2"]]
+    if not (Path(ctx["data"]) / "ruler" / "4096").is_dir() and not ctx["dry"]:
+        raise RuntimeError("no ruler/4096/ in the data: pack with LB_RULER_DATA=DATA (benchmarks/gpu_pack.sh)")
+    say(ctx, "lightning_bench " + shlex.join(argv))
+    start, limit = time.perf_counter(), ctx["limits"]["ruler_v2"] - 20
+    proc = subprocess.Popen([sys.executable, "-m", "lightning_bench.cli", *argv], cwd=ROOT)
+    try:
+        code = proc.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)  # the store keeps every finished cell and each group's examples so far
+        code = proc.wait(timeout=15)
+    cells = sorted((work / "long_context_v2" / "cells").glob("*.json"))
+    if ctx.get("out_dir"):
+        with tarfile.open(Path(ctx["out_dir"]) / "ruler_v2_cells.tar.gz", "w:gz") as tar:
+            tar.add(work / "long_context_v2", arcname="long_context_v2")
+    finished = (work / "long_context_v2" / "long_context_v2_results.json").exists() and code == 0
+    return {"finished": finished, "exit_code": code, "wall_s": time.perf_counter() - start, "cells_done": len(cells),
+            "how": {"command": "lightning_bench " + shlex.join(argv), "dtype": "fp32",
+                    "resume": "run the same call again while the machine is warm"}}
+
+
 SECTIONS = {"setup": section_setup, "env": section_env, "eval": section_eval, "mfu": section_mfu,
             "step_variants": section_step_variants, "bnb": section_bnb, "mamba": section_mamba, "eviction": section_eviction,
             "downstream": section_downstream, "attention_sparsity": section_attention_sparsity,
-            "attention_ruler": section_attention_ruler}
+            "attention_ruler": section_attention_ruler, "ruler_v2": section_ruler_v2}
 # measurements rather than checks, each most of a call: run with --only (the dry run runs them, small)
-ON_REQUEST = ("attention_sparsity", "attention_ruler")
+ON_REQUEST = ("attention_sparsity", "attention_ruler", "ruler_v2")
 
 
 # ---- isolation --------------------------------------------------------------------------------------
@@ -785,6 +823,7 @@ def main() -> int:
            "threads": 1 if args.dry_run else None}
     limits = dict(LIMITS)
     limits.update({k: float(v) for k, v in (item.split("=") for item in args.limit)})
+    ctx["limits"] = limits
     default = [n for n in SECTIONS if args.dry_run or n not in ON_REQUEST]  # the long ones run when named
     names = default if not args.only else ["setup", *[n for n in args.only.split(",") if n != "setup"]]
     unknown = sorted(set(names) - set(SECTIONS))

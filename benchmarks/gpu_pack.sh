@@ -61,11 +61,11 @@ EOF
 for f in $DATA_FILES; do
   mkdir -p "$work/kit/data/$(dirname "$f")" && cp "$DATA/$f" "$work/kit/data/$f"
 done
-# the attention_ruler section's RULER sets, made here by generate_ruler (configs/downstream/long_context.yaml):
-# LB_RULER_DATA=DATA (the folder holding ruler/4096/) carries ruler/4096/{niah_single_2,vt}.jsonl
+# the RULER sets of the attention_ruler and ruler_v2 sections, made here by generate_ruler
+# (configs/downstream/long_context.yaml): LB_RULER_DATA=DATA (the folder holding ruler/4096/) carries them all
+# (12 MB, ~3 MB compressed), so the device reads the very rows the CPU cells read
 if [ -n "${LB_RULER_DATA:-}" ]; then
-  mkdir -p "$work/kit/data/ruler/4096"
-  for task in niah_single_2 vt; do cp "$LB_RULER_DATA/ruler/4096/$task.jsonl" "$work/kit/data/ruler/4096/"; done
+  mkdir -p "$work/kit/data/ruler" && cp -r "$LB_RULER_DATA/ruler/4096" "$work/kit/data/ruler/"
 fi
 # SmolLM2's tokenizer as made here (gpu_check.sh puts it beside the weights it dequantizes there)
 find "$TOKENIZER" -maxdepth 1 -type f ! -name 'model.safetensors' ! -name 'config.json' ! -name 'generation_config.json' \

@@ -13,7 +13,7 @@ from tests.conftest import ROOT
 
 pytestmark = pytest.mark.shared_data  # WikiText-2, the PG-19 sample, quick_test's XSum and SQuAD v2 rows
 SECTIONS = ["setup", "env", "eval", "mfu", "step_variants", "bnb", "mamba", "eviction", "downstream",
-            "attention_sparsity", "attention_ruler"]
+            "attention_sparsity", "attention_ruler", "ruler_v2"]
 
 
 def gpu_check(shared_data, tmp_path, *extra, inject=""):
@@ -69,6 +69,9 @@ def test_dry_run_runs_every_section(shared_data, tmp_path):
                           "xsum__topk_10_s0.0_query_agnostic_seed1234"}
     assert ruler["xsum__h2o_s0.5_query_agnostic_seed1234"]["attention_error"] > 0
     assert (tmp_path / "attention_ruler_results.json").exists()  # copied beside the check's JSON
+    ruler_v2 = sections["ruler_v2"]
+    assert ruler_v2["finished"] and ruler_v2["cells_done"] == 3  # dense + snapkv at 0.5 and 0.9, one protocol
+    assert (tmp_path / "ruler_v2_cells.tar.gz").exists()
 
 
 def test_a_failed_or_timed_out_section_is_recorded_and_the_next_ones_run(shared_data, tmp_path):
