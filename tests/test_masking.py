@@ -152,31 +152,39 @@ def hand_masked_attention(net, ids, layer_mask):
     return net(input_ids=ids, attention_mask=layer_mask.view(ids.shape[0], -1, T, T)).logits
 
 
-def test_gqa_query_heads_read_their_own_kv_head(net):
-    """oracle_topk ranks per QUERY head: recomputing each query head's top keys by hand from the layer-0 q and k
-    (key head h // G) gives the entries the stack used."""
+def test_gqa_query_heads_read_their_own_kv_head(net, monkeypatch):
+    """oracle_topk ranks per QUERY head: the top keys of query head h, recomputed by hand from the RAW attention
+    inputs (query (B, Hq, q, D), key (B, Hkv, S, D)) with key head h // G as transformers' repeat_kv pairs them,
+    are the entries the stack kept for that head."""
     ids = ids_batch(T=16, rows=1)
     seen = {}
+    attend = MaskerStack.attend
+
+    def recording(self, layer_idx, query, key, *args, **kwargs):
+        if layer_idx == 0:
+            seen["query"], seen["key"] = query.detach().clone(), key.detach().clone()
+        return attend(self, layer_idx, query, key, *args, **kwargs)
 
     class Spy(Masker):
         name = "spy"
 
         def entries(self, ctx):
             if ctx.layer_idx == 0:
-                seen["q"], seen["k"], seen["mask"] = ctx.queries.clone(), ctx.keys.clone(), ctx.mask.clone()
+                seen["mask"] = ctx.mask.clone()
             return torch.zeros_like(ctx.mask)
 
+    monkeypatch.setattr(MaskerStack, "attend", recording)
     stack = MaskerStack([MaskerStack.parse("oracle_topk:3").maskers[0], Spy()])
     with torch.no_grad(), capturing(net, None, masking=stack):
         net(input_ids=ids)
-    q, k, mask = seen["q"], seen["k"], seen["mask"]  # (1, 2, 2, 16, D), (1, 2, 16, D), (1, 2, 2, 16, 16)
-    for head in range(4):
-        kv, g = divmod(head, 2)
-        scores = q[0, kv, g] @ k[0, kv].T
+    query, key, mask = seen["query"], seen["key"], seen["mask"]  # (1, 4, 16, D), (1, 2, 16, D), (1, 2, 2, 16, 16)
+    G = query.shape[1] // key.shape[1]
+    for head in range(query.shape[1]):
+        scores = query[0, head] @ key[0, head // G].T
         scores = scores.masked_fill(torch.ones(16, 16, dtype=torch.bool).triu(1), float("-inf"))
         for t in range(16):
             top = set(scores[t].topk(min(3, t + 1)).indices.tolist())
-            assert set(mask[0, kv, g, t].nonzero().flatten().tolist()) == top, (head, t)
+            assert set(mask[0, head // G, head % G, t].nonzero().flatten().tolist()) == top, (head, t)
 
 
 def test_padded_rows_and_chunks_change_nothing(net, monkeypatch):
@@ -382,8 +390,8 @@ def run_sweep(capsys, *argv):
 
 def test_sampling_maskers_at_full_coverage_are_dense_exactly(net):
     """adaptive_sampling with a budget of every residual key gives them b / n_s = 1: with sink and local covering
-    the rest the mask is full, so the forward is the dense one bit for bit; random_sampling at rate 1 is not
-    full (draws with replacement) but its uniform value cancels: softmax over the drawn keys."""
+    the rest the mask is full, so the forward is the dense one bit for bit (random_sampling draws with replacement
+    and magic_pig by collision: neither is ever full; their estimators are tested in test_masking_sampled.py)."""
     ids = ids_batch()
     with torch.no_grad():
         dense = net(input_ids=ids).logits
@@ -429,3 +437,45 @@ def test_a_registered_masker_is_parsed_like_the_shipped_ones(monkeypatch):
         MaskerStack.parse("every_other:2")
     with pytest.raises(ValueError, match="no other masker has"):
         register_masker(EveryOther)
+
+
+@pytest.mark.parametrize("spec", ["sink:2,local:4,magic_pig:3:8:stats_block=4", "sink:2,local:4,quest:8:4",
+                                  "oracle_topk:0.3", "oracle_topp:0.8", "sink:2,random_sampling:0.3",
+                                  "sink:1,local:2,adaptive_sampling:0.2:0.3:0.3:1:2"])
+def test_a_sparse_prefill_never_reads_a_later_token(net, spec):
+    """Changing the last token moves no earlier position's logits: every masker is causal (MagicPIG's key mean and
+    norm, Quest's page bounds included)."""
+    ids = ids_batch(T=24, rows=1)
+    other = ids.clone()
+    other[0, -1] = (other[0, -1] + 1) % 128
+    first, _ = masked_logits(net, ids, spec)
+    second, _ = masked_logits(net, other, spec)
+    torch.testing.assert_close(first[:, :-1], second[:, :-1], atol=1e-6, rtol=1e-6)
+
+
+def test_kept_keys_far_below_the_visible_maximum_still_attend():
+    """local:2 with a huge score on an unkept key: the weights are taken relative to the kept maximum."""
+    out, _, _ = attend_one([0.0, 0.0, 1.0, 1.0], [math.exp(80.0), 1e-30, 1e-30, 1e-30], [1.0, 2.0, 3.0, 4.0])
+    assert out == pytest.approx(3.5, abs=1e-6)
+
+
+def test_fractions_keep_the_keys_they_name():
+    scores = torch.randn(1, 1, 1, 1, 100, generator=torch.Generator().manual_seed(0))
+    for fraction, kept in ((0.29, 29), (0.57, 57), (0.07, 7)):
+        entries = MaskerStack.parse(f"oracle_topk:{fraction}").maskers[0].entries(context(scores))
+        assert int(entries.sum()) == kept
+
+
+def test_sliding_window_models_are_refused():
+    from transformers import MistralConfig, MistralForCausalLM
+
+    config = MistralConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                           num_attention_heads=4, num_key_value_heads=2, sliding_window=6)
+    model = MistralForCausalLM(config).eval()
+    with pytest.raises(ConfigError, match="sliding-window attention"):
+        masked_logits(model, torch.randint(0, 64, (1, 10)), "sink:2,local:4")
+
+
+def test_record_names_hold_every_parameter_that_differs():
+    assert MaskerStack.parse("magic_pig:8:150").name == "magic_pig:8:lsh_l=150"
+    assert MaskerStack.parse("magic_pig:8:75,dense_layers:0:16,seed:3").slug == "magic_pig8-dense_layers016-seed3"

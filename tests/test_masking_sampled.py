@@ -36,8 +36,7 @@ def make_ctx(q, k, pad=(), mask=None, layer_idx=0, seed=0, scale=None, lo=0, hi=
     scores = scores.masked_fill(~visible, float("-inf"))
     return MaskContext(scores, visible, rank[:, :end].view(B, 1, 1, 1, end),
                        rank[:, S - c + lo:S - c + hi].view(B, 1, 1, hi - lo, 1), queries, keys,
-                       torch.zeros_like(scores) if mask is None else mask, layer_idx, seed, k.float(),
-                       rank.view(B, 1, 1, 1, S))
+                       torch.zeros_like(scores) if mask is None else mask, layer_idx, seed)
 
 
 def randn(*shape, seed=0):
@@ -64,7 +63,7 @@ def test_magic_pig_hand_example_values_when_both_keys_collide():
     k = torch.tensor([[1.0, 0.0], [0.0, 2.0]]).view(1, 1, 2, 2)
     both = None
     for seed in range(64):  # the first projection under which the query's code meets both keys' in a table
-        entries = MagicPig(lsh_k=8, lsh_l=75, center=False, seed=seed).entries(make_ctx(q, k))
+        entries = MagicPig(lsh_k=8, lsh_l=75, center=False, seed=seed, stats_block=1).entries(make_ctx(q, k))
         if bool((entries > 0).all()):
             both = entries.flatten()
             break
@@ -85,7 +84,7 @@ def test_magic_pig_is_unbiased_and_collides_at_its_probability():
     p = collision_probability(cos, K, L)
     estimates, hits = [], []
     for seed in range(trials):
-        entries = MagicPig(lsh_k=K, lsh_l=L, seed=seed).entries(ctx).double().flatten()
+        entries = MagicPig(lsh_k=K, lsh_l=L, seed=seed, stats_block=1).entries(ctx).double().flatten()
         kept = entries > 0
         torch.testing.assert_close(entries[kept], p[kept], rtol=1e-5, atol=1e-6)
         estimates.append(float((e[kept] / entries[kept]).sum()))
@@ -104,16 +103,16 @@ def test_magic_pig_keeps_only_free_visible_keys():
     earlier[..., :3] = 1.0
     ctx = make_ctx(q, k, pad=(0, 4))
     ctx.mask = earlier.masked_fill(~ctx.visible, 0.0)
-    entries = MagicPig(lsh_k=2, lsh_l=16).entries(ctx)
+    entries = MagicPig(lsh_k=2, lsh_l=16, stats_block=1).entries(ctx)
     assert bool((entries > 0).any())
     assert not bool((entries > 0)[~ctx.free].any())
 
 
 def test_magic_pig_codes_do_not_depend_on_the_block_of_tables(monkeypatch):
     ctx = make_ctx(randn(2, 4, 30, 8, seed=25), randn(2, 2, 30, 8, seed=26), pad=(0, 5))
-    whole = MagicPig(lsh_k=5, lsh_l=13).entries(ctx)
+    whole = MagicPig(lsh_k=5, lsh_l=13, stats_block=1).entries(ctx)
     monkeypatch.setattr(sampled, "CODE_ELEMENTS", 7)  # one table per block
-    assert bool((whole > 0).any()) and torch.equal(MagicPig(lsh_k=5, lsh_l=13).entries(ctx), whole)
+    assert bool((whole > 0).any()) and torch.equal(MagicPig(lsh_k=5, lsh_l=13, stats_block=1).entries(ctx), whole)
 
 
 # ---- random_sampling ---------------------------------------------------------------------------------------
@@ -211,7 +210,7 @@ def test_adaptive_with_replacement_gives_the_hubs_value():
 
 # ---- every sampling masker ---------------------------------------------------------------------------------
 MASKERS = {"random_sampling": lambda: RandomSampling(0.3),
-           "magic_pig": lambda: MagicPig(lsh_k=3, lsh_l=8),
+           "magic_pig": lambda: MagicPig(lsh_k=3, lsh_l=8, stats_block=4),
            "adaptive_sampling": lambda: AdaptiveSampling(base_rate_sampling=0.2, init_offset=2, local_offset=2)}
 
 

@@ -97,7 +97,7 @@ class SparsityCallback(L.Callback):
         self._end()  # a stage that started before this one ended (validation inside fit) is left first
         self._stage = stage
         if not isinstance(self.eviction, StreamingEviction):
-            self.eviction.stack.reset()
+            self.eviction.reset()
             self._applied.enter_context(self.eviction.applied(pl_module))
             return
         window = getattr(getattr(trainer, "datamodule", None), "seq_len", None)

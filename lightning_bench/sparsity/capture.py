@@ -324,6 +324,14 @@ def _supported_inner(name: Optional[str]) -> str:
     return name if supported else "sdpa"  # sdpa: the same mathematics; flex's BlockMask cannot be read back
 
 
+def sliding_window(config) -> bool:
+    """Whether some layer of `config` attends through a sliding window (Mistral, Qwen2 with use_sliding_window,
+    Gemma 2/3's sliding layers)."""
+    if "sliding_attention" in (getattr(config, "layer_types", None) or ()):
+        return True
+    return bool(getattr(config, "sliding_window", None)) and bool(getattr(config, "use_sliding_window", True))
+
+
 def _set_implementation(net, name: str) -> None:
     if hasattr(net, "set_attn_implementation"):
         net.set_attn_implementation(name)
@@ -342,6 +350,10 @@ def capturing(net, recorder: Optional[AttentionRecorder], masking=None):
         yield net
         return
     register()
+    if masking is not None and sliding_window(net.config):
+        raise ConfigError(f"{type(net).__name__} has sliding-window attention layers: a masker stack reads each row's "
+                          "visible keys from the mask's last query row, which a window hides from the others; use a "
+                          "model with full attention")
     original = net.config._attn_implementation
     inner = _ACTIVE[-1][1] if original == CAPTURE_NAME and _ACTIVE else _supported_inner(original)
     _ACTIVE.append((recorder, inner, masking))

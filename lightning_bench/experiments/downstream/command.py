@@ -59,6 +59,8 @@ def _protocol(config: dict, prompts: TaskPrompts, method: str, method_params: di
            "kv_protocol_version": PROTOCOL_VERSION}  # version 1 cells (first token from the dense prefill) are refused
     if config["rounding"] != "ceil":  # cells made before --rounding existed keep their fingerprint
         out["rounding"] = config["rounding"]
+    if config.get("attention_error"):  # metered cells are not the unmetered ones (cells made before keep theirs)
+        out["attention_error"] = True
     version = get_task(prompts.task).template_version
     if not version.endswith("@1"):
         out["prompt_version"] = version

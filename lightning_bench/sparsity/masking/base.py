@@ -12,8 +12,6 @@ transformers' repeat_kv), c query rows of the chunk and S key slots:
 - queries     (B, Hkv, G, c, D) float32 post-RoPE, unscaled; keys (B, Hkv, S, D) float32 post-RoPE
 - mask        (B, Hkv, G, c, S) float32 in [0, 1]: the entries the maskers before this one added (1 = kept
               for sure, p in (0, 1) = sampled with inclusion probability p)
-- call_keys   (B, Hkv, S_call, D), call_key_rank (B, 1, 1, 1, S_call): every key of the attention call, for
-              statistics that must not depend on how its queries are chunked (MagicPIG's key mean and norm)
 
 A masker returns the entries it adds, same shape as `mask`, values in [0, 1] (0 = none); the stack adds them
 to `mask` and clamps to [0, 1]. A masker must not add entries outside `visible`.
@@ -42,8 +40,6 @@ class MaskContext:
     mask: torch.Tensor
     layer_idx: int
     seed: int = 0  # the stack's seed: every sampling masker draws from (seed, layer, head, query position, ...)
-    call_keys: Optional[torch.Tensor] = None  # None: `keys` (a context built for one chunk holding every key)
-    call_key_rank: Optional[torch.Tensor] = None
 
     @property
     def n_visible(self) -> torch.Tensor:
@@ -60,7 +56,8 @@ class MaskContext:
         (`of`, default n_t), floored; an int is a token count."""
         if isinstance(value, float):
             total = self.n_visible if of is None else of
-            return torch.floor(total.double() * value).long()
+            # 1e-9: 0.29 * 100 is 28.999999999999996 in binary floating point; the intended 29 keys are kept
+            return torch.floor(total.double() * value + 1e-9).long()
         return torch.full_like(self.query_rank, int(value))
 
     def head_index(self) -> torch.Tensor:

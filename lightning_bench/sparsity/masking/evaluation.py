@@ -37,6 +37,11 @@ class QueryTimeSparsity:
     def figures(self) -> dict:
         return {**self.stack.figures(), "forwards": self.forwards}
 
+    def reset(self) -> None:
+        """A new stage's figures start from nothing."""
+        self.stack.reset()
+        self.forwards = 0
+
     @torch.no_grad()
     def logits(self, module, input_ids: torch.Tensor, logits_to_keep: Optional[torch.Tensor] = None) -> torch.Tensor:
         net = resolve_network(module.net)

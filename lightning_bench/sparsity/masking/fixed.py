@@ -11,7 +11,8 @@ quest(heavy_size, page_size)  Quest (Tang et al. 2024, arXiv 2406.10774): pages 
                        per KV head the element-wise min and max of each page's keys; a page's score for a query
                        is sum_d max(q_d min_d, q_d max_d), an upper bound of its largest q.k; the top
                        max(1, ceil(k / page_size)) pages (the pages k tokens fill) with a visible key are kept
-                       whole (their visible keys).
+                       whole (their visible keys), the query's own page always among them (in a prefill its
+                       bounds would include later keys; in decoding it is the page being filled).
 
 A size is a token count (int) or a fraction of the query's visible keys (float in (0, 1], floored): per query
 row, so every row of a prefill has the same density (sparse-attention-hub takes the fraction of the whole call's
@@ -128,14 +129,19 @@ class Quest(SizedMasker):
         low = keys.new_full((B, Hkv, pages + 1, D), float("inf")).scatter_reduce(2, index, keys, "amin")
         high = keys.new_full((B, Hkv, pages + 1, D), float("-inf")).scatter_reduce(2, index, keys, "amax")
         low, high = low[:, :, :pages], high[:, :, :pages]
-        q = ctx.queries.unsqueeze(-2)  # (B, Hkv, G, c, 1, D) against (B, Hkv, 1, 1, pages, D)
-        score = torch.maximum(q * low[:, :, None, None], q * high[:, :, None, None]).sum(-1)
+        # sum_d max(q_d min_d, q_d max_d) = relu(q).max + (q - relu(q)).min (min <= max): two matrix products,
+        # never a (rows, pages, D) tensor
+        q = ctx.queries  # (B, Hkv, G, c, D) against (B, Hkv, pages, D)
+        positive = q.clamp(min=0.0)
+        score = positive @ high.unsqueeze(2).transpose(-1, -2) + (q - positive) @ low.unsqueeze(2).transpose(-1, -2)
         first_page = torch.arange(pages, device=keys.device) * self.page_size
         score = score.masked_fill(first_page > ctx.query_rank, float("-inf"))  # no visible key in the page yet
+        # the query's own page holds keys after it in a prefill: its bounds would read them, so it is kept unscored
+        score = score.masked_fill(first_page // self.page_size == ctx.query_rank // self.page_size, float("inf"))
         count = ((ctx.size(self.heavy_size) + self.page_size - 1) // self.page_size).clamp(min=1)
         most = min(int(count.max()), pages)
         top = score.topk(most, dim=-1)
-        take = (torch.arange(most, device=keys.device) < count) & torch.isfinite(top.values)
+        take = (torch.arange(most, device=keys.device) < count) & (top.values > float("-inf"))
         chosen = torch.zeros_like(score, dtype=torch.bool).scatter_(-1, top.indices, take)
         kept = chosen.gather(-1, page_of.clamp(max=pages - 1)[:, None, None, None, :].expand(*score.shape[:-1], S))
         return (kept & ctx.visible & (ctx.key_rank >= 0)).float()

@@ -131,6 +131,7 @@ class MagicPig(Masker):
     lsh_l: int = param(75, "LSH tables (L); a key colliding in one of them is kept", low=1, high=256)
     center: bool = param(True, "subtract the key mean from queries and keys before hashing", choices=(True, False))
     seed: int = param(0, "seed of the projections (layer l uses seed + l)")
+    stats_block: int = param(128, "positions between updates of the key mean and M (causal; see entries)", low=1)
 
     def __post_init__(self):
         super().__post_init__()
@@ -155,18 +156,31 @@ class MagicPig(Masker):
         return torch.cat(codes, -1).view(*x.shape[:-1], self.lsh_l)
 
     def entries(self, ctx: MaskContext) -> torch.Tensor:
+        """Per query row of rank t the transform's statistics (key mean, M) come from the keys of rank
+        < s(t) = floor((t + 1) / stats_block) * stats_block, all visible to it: causal in a sparse prefill (a
+        query never reads a later token's key, not even through the mean), the same whatever the chunking, and
+        fixed for stats_block steps while decoding. A row with s(t) = 0 (its first stats_block - 1 positions)
+        has no statistics yet and attends densely. Keys newer than the statistics hash with
+        sqrt(max(0, M^2 - ||k||^2)) (the hub's frozen-transform rule)."""
+        out = torch.zeros_like(ctx.mask)
+        upto = (ctx.query_rank + 1) // self.stats_block * self.stats_block  # (B, 1, 1, c, 1)
+        out = torch.where((upto == 0) & ctx.visible, 1.0, out)  # no statistics yet: dense rows
+        for bound in sorted({int(b) for b in upto.unique().tolist() if b > 0}):
+            rows = (upto == bound)
+            out = torch.where(rows, self._entries_with_statistics(ctx, bound), out)
+        return out
+
+    def _entries_with_statistics(self, ctx: MaskContext, bound: int) -> torch.Tensor:
         keys, queries = ctx.keys, ctx.queries  # (B, Hkv, S, D), (B, Hkv, G, c, D)
         B, Hkv, S, D = keys.shape
-        # the key mean and M over every valid key of the call, so a chunked prefill's entries are the whole one's
-        every = ctx.keys if ctx.call_keys is None else ctx.call_keys
-        rank = ctx.key_rank if ctx.call_key_rank is None else ctx.call_key_rank
-        valid = (rank.reshape(B, 1, -1, 1) >= 0).float()
+        rank = ctx.key_rank.reshape(B, 1, S, 1)
+        stats = ((rank >= 0) & (rank < bound)).float()
         if self.center:
             # in float64, so padding (a longer sum) does not move the mean by an ulp
-            mean = ((every.double() * valid).sum(2, keepdim=True) / valid.sum(2, keepdim=True).clamp(min=1.0)).float()
-            keys, queries, every = keys - mean, queries - mean.unsqueeze(2), every - mean
+            mean = ((keys.double() * stats).sum(2, keepdim=True) / stats.sum(2, keepdim=True).clamp(min=1.0)).float()
+            keys, queries = keys - mean, queries - mean.unsqueeze(2)
         norm = keys.norm(dim=-1, keepdim=True)  # (B, Hkv, S, 1)
-        M = (every.norm(dim=-1, keepdim=True) * valid).amax(2, keepdim=True)
+        M = (norm * stats).amax(2, keepdim=True)
         M = torch.where(M > 0, M, torch.ones_like(M))  # all keys equal the mean: they hash as (0, ..., 0, 1)
         k_hat = torch.cat([keys / M, (1.0 - (norm / M) ** 2).clamp(min=0.0).sqrt()], -1)
         q_norm = queries.norm(dim=-1, keepdim=True)

@@ -200,17 +200,24 @@ class MaskerStack:
 
     @property
     def name(self) -> str:
-        """'sink:128+local:128+oracle_topk:0.05': the maskers and their first parameter."""
+        """'sink:128+local:128+oracle_topk:0.05': each masker with the parameters that differ from its defaults
+        after the first (magic_pig:8:lsh_l=150), then the stack's own options when set (dense_layers:0:16)."""
         parts = []
         for m in self.maskers:
-            values = [getattr(m, f.name) for f in fields(m)]
-            parts.append(m.name + "".join(f":{v}" for v in values[:1]))
+            first, *rest = fields(m) or [None]
+            text = m.name + (f":{getattr(m, first.name)}" if first is not None else "")
+            text += "".join(f":{f.name}={getattr(m, f.name)}" for f in rest if getattr(m, f.name) != f.default)
+            parts.append(text)
+        if self.dense_layers:
+            parts.append("dense_layers:" + ":".join(map(str, self.dense_layers)))
+        if self.seed:
+            parts.append(f"seed:{self.seed}")
         return "+".join(parts)
 
     @property
     def slug(self) -> str:
         """The name as a file name: 'sink128-local128-oracle_topk0.05'."""
-        return self.name.replace(":", "").replace("+", "-")
+        return self.name.replace(":", "").replace("+", "-").replace("=", "")
 
     def describe(self) -> dict:
         return {"mechanism": "masking", "slug": self.slug, "maskers": [m.describe() for m in self.maskers], "seed": self.seed,
@@ -257,13 +264,14 @@ class MaskerStack:
             scores = scores.masked_fill(~visible, float("-inf"))
             query_rank = rank[:, S - q + lo:S - q + hi].view(B, 1, 1, c, 1)
             ctx = MaskContext(scores, visible, key_rank[..., :end], query_rank, chunk, keys[:, :, :end],
-                              torch.zeros_like(scores), layer_idx, self.seed, keys, key_rank)
+                              torch.zeros_like(scores), layer_idx, self.seed)
             for masker in self.maskers:
                 ctx.mask = (ctx.mask + masker.entries(ctx)).clamp_(0.0, 1.0)
             mask = ctx.mask.masked_fill_(~visible, 0.0)
             kept = mask > 0
             dense_rows = ~kept.any(-1) | ((mask == 1) | ~visible).all(-1)  # (B, Hkv, G, c)
-            top = scores.amax(-1, keepdim=True).nan_to_num(0.0, neginf=0.0)
+            # the largest KEPT score: the max over every visible key could leave every kept weight underflowed to 0
+            top = scores.masked_fill(~kept, float("-inf")).amax(-1, keepdim=True).nan_to_num(0.0, neginf=0.0)
             weights = torch.where(kept, torch.exp(scores - top) / mask.clamp(min=1e-30), 0.0)
             sparse = torch.matmul(weights.view(B, Hkv, G * c, end), values[:, :, :end]).view(B, Hkv, G, c, D)
             sparse = sparse / weights.sum(-1, keepdim=True).clamp(min=1e-30)
