@@ -414,14 +414,10 @@ def test_cli_stacks_compose_with_low_bit_weights(tiny_corpus, capsys, tmp_path):
     assert sparse["metrics"]["loss"] != dense["metrics"]["loss"] and sparse["sparsity"]["density"] < 1
 
 
-def test_a_registered_masker_is_parsed_like_the_shipped_ones(monkeypatch):
-    from lightning_bench.sparsity.masking import stack as stack_module
-    from lightning_bench.sparsity.masking import register_masker
+def test_a_registered_masker_is_parsed_like_the_shipped_ones():
+    from lightning_bench.sparsity.masking import register_masker, unregister_masker
     from lightning_bench.sparsity.parameters import param
 
-    monkeypatch.setattr(stack_module, "_REGISTERED", {})
-
-    @register_masker
     @dataclass
     class EveryOther(Masker):
         name = "every_other"
@@ -431,12 +427,18 @@ def test_a_registered_masker_is_parsed_like_the_shipped_ones(monkeypatch):
         def entries(self, ctx):
             return ((ctx.key_rank % 2 == self.phase) & ctx.visible).float().expand_as(ctx.mask)
 
-    stack = MaskerStack.parse("sink:1,every_other:1")
-    assert [m.name for m in stack.maskers] == ["sink", "every_other"] and stack.maskers[1].phase == 1
-    with pytest.raises(ConfigError, match="must be one of"):
-        MaskerStack.parse("every_other:2")
-    with pytest.raises(ValueError, match="no other masker has"):
-        register_masker(EveryOther)
+    register_masker(EveryOther)
+    try:
+        stack = MaskerStack.parse("sink:1,every_other:1")
+        assert [m.name for m in stack.maskers] == ["sink", "every_other"] and stack.maskers[1].phase == 1
+        with pytest.raises(ConfigError, match="must be one of"):
+            MaskerStack.parse("every_other:2")
+        with pytest.raises(ValueError, match="no other masker has"):
+            register_masker(EveryOther)
+    finally:
+        unregister_masker("every_other")
+    with pytest.raises(ConfigError, match="unknown masker 'every_other'"):
+        MaskerStack.parse("every_other:1")
 
 
 @pytest.mark.parametrize("spec", ["sink:2,local:4,magic_pig:3:8:stats_block=4", "sink:2,local:4,quest:8:4",

@@ -12,6 +12,7 @@ stack, an eviction method's statistics and the model's own attention share one f
 """
 
 from lightning_bench.sparsity.masking.base import MaskContext, Masker
-from lightning_bench.sparsity.masking.stack import MaskerStack, make_masker, register_masker, registry
+from lightning_bench.sparsity.masking.stack import (MaskerStack, make_masker, register_masker, registry,
+                                                   unregister_masker)
 
-__all__ = ["MaskContext", "Masker", "MaskerStack", "make_masker", "register_masker", "registry"]
+__all__ = ["MaskContext", "Masker", "MaskerStack", "make_masker", "register_masker", "registry", "unregister_masker"]

@@ -47,6 +47,11 @@ def register_masker(cls: type[Masker]) -> type[Masker]:
     return cls
 
 
+def unregister_masker(name: str) -> None:
+    """Remove a masker `register_masker` added (a plugin unloaded, a test cleaning up)."""
+    _REGISTERED.pop(name, None)
+
+
 def registry() -> dict[str, type[Masker]]:
     from lightning_bench.sparsity.masking.fixed import Local, OracleTopK, OracleTopP, Quest, Sink
     from lightning_bench.sparsity.masking.sampled import AdaptiveSampling, MagicPig, RandomSampling
