@@ -15,6 +15,7 @@ from lightning_bench.sparsity.masking import MaskContext, Masker, MaskerStack
 from lightning_bench.sparsity.masking.fixed import OracleTopP, Quest
 from lightning_bench.sparsity.streaming import streaming_logits
 from tests.test_downstream import tiny_hf  # noqa: F401 (fixture)
+from tests.test_sparsity_cli import _test as _test_run
 from tests.test_sparsity import tiny_llama
 
 
@@ -235,24 +236,21 @@ def test_specs_aliases_and_yaml_lists_parse_alike():
 
 
 # ---- `lightning_bench test --attention_sparsity` ----------------------------------------------
-def _test_run(corpus, capsys, *extra):
-    from tests.test_cli import QUIET, TINY_MODEL, run
-
-    return run(["test", *TINY_MODEL, "--model.max_seq_len", "64", "--data", "text", "--data.path", str(corpus),
-                "--data.seq_len", "32", *QUIET, "--results_dir", "r", *extra], capsys)
-
-
-def test_cli_perplexity_under_a_stack_is_recorded_beside_dense(tiny_corpus, capsys, tmp_path):
+@pytest.mark.parametrize("bits", [32, 8])
+def test_cli_perplexity_under_a_stack_is_recorded_beside_dense(bits, tiny_corpus, capsys, tmp_path):
+    """Full density is the dense run itself (also on int8 weights: stacks compose with --bits); a sparse stack's
+    record holds its maskers, density and attention error per layer."""
     import json
 
     for extra in ([], ["--attention_sparsity", "sink:1.0"], ["--attention_sparsity", "sink:2,local:4"]):
-        code, _, err = _test_run(tiny_corpus, capsys, *extra)
+        code, _, err = _test_run(tiny_corpus, capsys, "--bits", str(bits), *extra)
         assert code in (0, None), err
-    base = tmp_path / "r" / "transformer_tiny_corpus_seq32_bits32_test"
+    base = tmp_path / "r" / f"transformer_tiny_corpus_seq32_bits{bits}_test"
     dense = json.loads(base.with_suffix(".json").read_text())
     full = json.loads((tmp_path / "r" / (base.name + "_attn_sink1.0.json")).read_text())
     sparse = json.loads((tmp_path / "r" / (base.name + "_attn_sink2-local4.json")).read_text())
     assert full["metrics"]["loss"] == dense["metrics"]["loss"]  # full density: the dense forward itself
+    assert full.get("quantization") == dense.get("quantization")
     assert full["sparsity"]["density"] == 1.0 and full["sparsity"]["attention_error"] == 0.0
     assert sparse["sparsity"]["maskers"] == [{"masker": "sink", "sink_size": 2}, {"masker": "local", "window_size": 4}]
     assert 0.1 < sparse["sparsity"]["density"] < 0.5 and sparse["sparsity"]["attention_error"] > 0
@@ -397,21 +395,6 @@ def test_sampling_maskers_at_full_coverage_are_dense_exactly(net):
         dense = net(input_ids=ids).logits
     full, stack = masked_logits(net, ids, "sink:2,local:2,adaptive_sampling:1.0:0.001:0.001:2:2")
     assert torch.equal(full, dense) and stack.figures()["density"] == 1.0
-
-
-def test_cli_stacks_compose_with_low_bit_weights(tiny_corpus, capsys, tmp_path):
-    import json
-
-    for extra in (["--bits", "8"], ["--bits", "8", "--attention_sparsity", "sink:1.0"],
-                  ["--bits", "8", "--attention_sparsity", "sink:2,local:4"]):
-        code, _, err = _test_run(tiny_corpus, capsys, *extra)
-        assert code in (0, None), err
-    base = tmp_path / "r" / "transformer_tiny_corpus_seq32_bits8_test"
-    dense = json.loads(base.with_suffix(".json").read_text())
-    full = json.loads((tmp_path / "r" / (base.name + "_attn_sink1.0.json")).read_text())
-    sparse = json.loads((tmp_path / "r" / (base.name + "_attn_sink2-local4.json")).read_text())
-    assert full["metrics"]["loss"] == dense["metrics"]["loss"] and full["quantization"] == dense["quantization"]
-    assert sparse["metrics"]["loss"] != dense["metrics"]["loss"] and sparse["sparsity"]["density"] < 1
 
 
 def test_a_registered_masker_is_parsed_like_the_shipped_ones():
