@@ -39,7 +39,7 @@ from lightning_bench.models import MODEL_ALIASES, TransformerLM
 from lightning_bench.options import Fraction
 from lightning_bench.results.io import check_output
 from lightning_bench.results.meta import command_argv, recorded_command
-from lightning_bench.results.naming import latest_run_folder, new_run_id
+from lightning_bench.results.naming import RUN_ID_ENV, latest_run_folder, launched_run_id, new_run_id
 from lightning_bench.results.recorder import run_name
 
 # `test/validate/predict --model hf` score in the model's own window, capped here: lm-evaluation-harness's
@@ -312,7 +312,9 @@ class LightningBenchCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         """Every place this run writes is checked now, before a model loads or a step trains: a bad
         location fails in one line instead of losing the record after the work."""
-        self.run_id = new_run_id()
+        self.run_id = launched_run_id() or new_run_id()
+        # the processes Lightning's DDP launcher starts inherit it: one run, one id in every file name
+        os.environ[RUN_ID_ENV] = self.run_id
         cfg = self.config.get(self.subcommand) if self.subcommand else None
         if cfg is None:
             return

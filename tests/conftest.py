@@ -137,3 +137,23 @@ def cli_process():
         return process
 
     return start
+
+
+@pytest.fixture(scope="session")
+def tiny_hf(tmp_path_factory) -> Path:
+    """A random 2-layer Llama with the (offline) GPT-2 tokenizer, saved like a hub folder."""
+    import shutil
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from lightning_bench.data.tokenization import offline_gpt2_folder
+
+    folder = tmp_path_factory.mktemp("tiny_llama")
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=50257, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, max_position_embeddings=512, bos_token_id=50256, eos_token_id=50256)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
+        shutil.copyfile(Path(offline_gpt2_folder(folder / "cache")) / name, folder / name)
+    return folder

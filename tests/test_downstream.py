@@ -6,14 +6,13 @@ plain forward of the same network, so a wrong offset, a misaligned label or a mi
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from lightning_bench.data.tokenization import build_tokenizer, offline_gpt2_folder
+from lightning_bench.data.tokenization import build_tokenizer
 from lightning_bench.data.downstream import requests
 from lightning_bench.evaluation import prompted
 from lightning_bench.models import HFLanguageModel
@@ -21,21 +20,6 @@ from tests.conftest import FIXTURES
 from tests.test_cli import run
 
 TASK_DATA = FIXTURES / "tasks"
-
-
-@pytest.fixture(scope="module")
-def tiny_hf(tmp_path_factory) -> Path:
-    """A random 2-layer Llama with the (offline) GPT-2 tokenizer, saved like a hub folder."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    folder = tmp_path_factory.mktemp("tiny_llama")
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=50257, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, max_position_embeddings=512, bos_token_id=50256, eos_token_id=50256)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
-        shutil.copyfile(Path(offline_gpt2_folder(folder / "cache")) / name, folder / name)
-    return folder
 
 
 @pytest.fixture(scope="module")

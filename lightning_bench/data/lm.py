@@ -17,9 +17,10 @@ from typing import Literal, Optional
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from lightning_bench.data.cache import cache_key, cached
+from lightning_bench.data.sharding import eval_sampler, global_batch_part, processes
 from lightning_bench.data.options import (DatasetName, Fraction, NonNegativeInt, PositiveInt,
                                           checked_arguments)
 from lightning_bench.data.sources import DATA_ALIASES, SplitText, load_split
@@ -50,12 +51,16 @@ class ChunkDataset(Dataset):
         return {"input_ids": x[:-1], "labels": x[1:]}
 
 
-class EpochSeededSampler(Sampler):
+class EpochSeededSampler(DistributedSampler):
     """A shuffle that depends only on (seed, epoch). `start` (set when a checkpoint is restored, see
-    ResumableDataLoader) skips the first indices of the resumed epoch once. Lightning calls `set_epoch`."""
+    ResumableDataLoader) skips the first indices of the resumed epoch once. Lightning calls `set_epoch`.
+    Under DDP (num_replicas > 1) each rank takes its part of every global batch of the one-process order
+    (data/sharding.global_batch_part); `start` counts items of that order. A DistributedSampler, so that
+    Lightning keeps it instead of dealing its items out again (which would change every global batch)."""
 
-    def __init__(self, n: int, seed: int):
-        self.n, self.seed, self.epoch, self.start = n, seed, 0, 0
+    def __init__(self, n: int, seed: int, num_replicas: int = 1, rank: int = 0, batch_size: int = 1):
+        super().__init__(range(n), num_replicas=num_replicas, rank=rank, shuffle=False)  # only checks the rank
+        self.n, self.seed, self.epoch, self.start, self.batch_size = n, seed, 0, 0, batch_size
 
     def set_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:  # a checkpoint taken at an epoch's end resumes at the next epoch's start
@@ -63,19 +68,23 @@ class EpochSeededSampler(Sampler):
         self.epoch = epoch
 
     def __len__(self):
-        return self.n
+        return len(self._part(list(range(self.n))))
+
+    def _part(self, order: list[int]) -> list[int]:
+        return order if self.num_replicas == 1 else global_batch_part(order, self.batch_size, self.num_replicas,
+                                                                      self.rank)
 
     def __iter__(self):
         generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
         start, self.start = self.start, 0
-        return iter(torch.randperm(self.n, generator=generator).tolist()[start:])
+        return iter(self._part(torch.randperm(self.n, generator=generator).tolist()[start:]))
 
 
 class ResumableDataLoader(DataLoader):
     """The train loader, with its position (seed, epoch, samples already yielded) in the checkpoint
     (LMDataModule.state_dict), so a run killed mid-epoch resumes with the next batch instead of replaying
     the epoch's first ones. Counted here, not in the sampler: workers read the sampler ahead of training.
-    Single process only: a distributed sampler wrapper has no position (state_dict is then empty)."""
+    Under DDP the position counts global batches (every rank's items), as one process would."""
 
     _epoch, _position = 0, 0
 
@@ -85,7 +94,7 @@ class ResumableDataLoader(DataLoader):
         sampler = self.sampler
         self._epoch, self._position = getattr(sampler, "epoch", 0), getattr(sampler, "start", 0)
         for batch in super().__iter__():
-            self._position += self.batch_size
+            self._position += self.batch_size * getattr(sampler, "num_replicas", 1)  # items of the global order
             yield batch
 
     def state_dict(self) -> dict:
@@ -107,8 +116,8 @@ class WindowDataset(Dataset):
         return len(self.windows)
 
     def __getitem__(self, i):
-        w = self.windows[i]
-        return {"input_ids": torch.tensor(w.input_ids), "labels": torch.tensor(w.labels)}
+        w = self.windows[i]  # its index orders the evaluation's sums under any number of processes
+        return {"input_ids": torch.tensor(w.input_ids), "labels": torch.tensor(w.labels), "window_index": i}
 
 
 def pad_collate(items, pad_id: int = 0):
@@ -120,7 +129,10 @@ def pad_collate(items, pad_id: int = 0):
     for row, it in enumerate(items):
         n = len(it["input_ids"])
         input_ids[row, :n], labels[row, :n] = it["input_ids"], it["labels"]
-    return {"input_ids": input_ids, "labels": labels}
+    batch = {"input_ids": input_ids, "labels": labels}
+    if "window_index" in items[0]:
+        batch["window_index"] = torch.tensor([it["window_index"] for it in items])
+    return batch
 
 
 def count_words(text: str) -> int:
@@ -335,8 +347,9 @@ class LMDataModule(L.LightningDataModule):
     def train_dataloader(self):
         chunks = ChunkDataset(self._tokens("train", "stream"), self.seq_len)
         seed = int(os.environ.get("PL_GLOBAL_SEED", 0))  # set by seed_everything (--seed_everything)
-        loader = ResumableDataLoader(chunks, batch_size=self.hparams.batch_size,
-                                     sampler=EpochSeededSampler(len(chunks), seed), drop_last=False,
+        world, rank = processes(self)  # --data.batch_size is per process (Lightning's convention)
+        sampler = EpochSeededSampler(len(chunks), seed, world, rank, self.hparams.batch_size)
+        loader = ResumableDataLoader(chunks, batch_size=self.hparams.batch_size, sampler=sampler, drop_last=False,
                                      num_workers=self.hparams.num_workers)
         if self._train_position:  # restored from a checkpoint (load_state_dict): the resumed epoch starts there
             loader.load_state_dict(self._train_position)
@@ -374,8 +387,9 @@ class LMDataModule(L.LightningDataModule):
                        for w in rolling_windows(d.tolist(), prefix, self.seq_len, hp.rolling_context, i))
         if by_length:
             windows = sorted(windows, key=lambda w: -len(w.input_ids))  # stable: ties keep text order
-        return DataLoader(WindowDataset(windows), batch_size=hp.eval_batch_size or hp.batch_size,
-                          collate_fn=pad_collate, num_workers=hp.num_workers)
+        dataset, batch_size = WindowDataset(windows), hp.eval_batch_size or hp.batch_size
+        return DataLoader(dataset, batch_size=batch_size, collate_fn=pad_collate, num_workers=hp.num_workers,
+                          sampler=eval_sampler(self, len(dataset), batch_size))
 
     def val_dataloader(self):
         if self._load("validation") is None:

@@ -97,6 +97,17 @@ class TaskEvaluator(L.Callback):
         if outputs is not None:
             self.outputs.append(outputs)
 
+    def on_test_epoch_end(self, trainer, pl_module):
+        """Under several processes each rank scored some batches (data/sharding.py, none twice): every rank
+        gets every rank's outputs, in rank order, so that any rank scores the whole task."""
+        if trainer.world_size > 1:
+            import torch.distributed as dist
+            from lightning.fabric.utilities.apply_func import move_data_to_device
+
+            gathered = [None] * trainer.world_size
+            dist.all_gather_object(gathered, move_data_to_device(self.outputs, "cpu"))
+            self.outputs = [out for rank_outputs in gathered for out in rank_outputs]
+
     def evaluate(self, datamodule) -> tuple[dict, list[dict]]:
         """({benchmark: results in the reference shape}, per-sample rows) of the finished test loop."""
         if datamodule.protocol == "finetune":

@@ -30,9 +30,9 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat
 from torch import nn
-from torchmetrics import SumMetric
 
 from lightning_bench.errors import ConfigError, DivergedError
+from lightning_bench.models.keyed_sum import KeyedSum
 from lightning_bench.models.capabilities import AnalyticFlops, QuantizableLayers, bf16_support
 from lightning_bench.models.sequence_head import SequenceHead, last_token_pool
 from lightning_bench.models.token_nll import IGNORE_INDEX, head_nll, logits_nll
@@ -87,12 +87,12 @@ class LanguageModule(L.LightningModule):
         self.aux_loss_weight = plain_value(aux_loss_weight)
         self.net: Optional[nn.Module] = None
         self.task_head: Optional[SequenceHead] = None  # built in configure_model for fine-tuning runs
-        # evaluation sums are kept in float64: a split has ~1e5-1e6 tokens of ~1-10 nats each. NaN must
-        # reach the sum: torchmetrics' default nan_strategy drops it (a NaN model would score perplexity 1);
-        # `_eval_epoch_end` turns a non-finite sum into a DivergedError
-        self.eval_nll = nn.ModuleDict({s: SumMetric(nan_strategy="disable").set_dtype(torch.float64)
-                                       for s in EVAL_STAGES})
-        self.eval_tokens = nn.ModuleDict({s: SumMetric().set_dtype(torch.float64) for s in EVAL_STAGES})
+        # evaluation sums are kept in float64 (a split has ~1e5-1e6 tokens of ~1-10 nats each), per batch,
+        # added in one order however many processes scored the batches (models/keyed_sum.py). NaN reaches
+        # the sum: `_eval_epoch_end` turns a non-finite sum into a DivergedError
+        self.eval_nll = nn.ModuleDict({s: KeyedSum() for s in EVAL_STAGES})
+        self.eval_tokens = nn.ModuleDict({s: KeyedSum() for s in EVAL_STAGES})
+        self._eval_batches = 0  # the keys of batches without window indices (this rank's count)
         self.last_eval: dict[str, dict] = {}
         # how evaluation batches are scored (module docstring); None = the network's own forward
         self.evaluation = None
@@ -259,16 +259,31 @@ class LanguageModule(L.LightningModule):
         # the function for good): that step runs eagerly, the others compiled
         compiled = self._compiled_losses if not is_in_torch_dispatch_mode() else None
         ce, aux_loss = (compiled or self._train_losses)(batch["input_ids"], batch["labels"])
-        self.log("train/loss", ce, prog_bar=True)
+        reported = self._global_batch(ce.detach(), batch["labels"])
+        self.log("train/loss", reported["ce"], prog_bar=True)
         if to_loggers:
-            self.log("train/ppl", torch.exp(ce.detach()))
-        loss = ce
+            self.log("train/ppl", torch.exp(reported["ce"]))
+        # under DDP (which averages the ranks' gradients) each rank's loss is weighted by its share of the
+        # global batch's tokens: the gradient is the global batch's mean, as in one process
+        loss = ce * reported["weight"] if "weight" in reported else ce
         if aux_loss is not None:
             if to_loggers:
                 self.log("train/aux_loss", aux_loss)
-            loss = ce + self.aux_loss_weight * aux_loss
+            loss = loss + self.aux_loss_weight * aux_loss
         self._check_finite(loss)
-        return {"loss": loss, "ce": ce.detach()}
+        return {"loss": loss, "ce": reported["ce"], "tokens": reported["tokens"]}
+
+    def _global_batch(self, ce: torch.Tensor, labels: torch.Tensor) -> dict:
+        """The step's cross-entropy and scored tokens over the global batch: under DDP each rank's loss is
+        the mean over its own rows, and the curve a record keeps is the mean over every rank's tokens
+        (token-weighted, so the figure is one process's at the same global batch)."""
+        tokens = (labels != IGNORE_INDEX).sum()
+        if self._trainer is None or self.trainer.world_size <= 1:
+            return {"ce": ce, "tokens": tokens}
+        world = self.trainer.world_size
+        sums = self.all_gather(torch.stack([ce.double() * tokens, tokens.double()])).reshape(-1, 2).sum(0)
+        return {"ce": (sums[0] / sums[1]).to(ce.dtype), "tokens": sums[1].long(),
+                "weight": (tokens.double() * world / sums[1]).to(ce.dtype)}
 
     def _train_losses(self, input_ids: torch.Tensor, labels: torch.Tensor):
         """(cross-entropy, the network's auxiliary loss or None) of a training batch: what --compile compiles
@@ -325,6 +340,7 @@ class LanguageModule(L.LightningModule):
         # 1,504): they go back to float64 before any batch is added
         for metric in (*self.eval_nll.values(), *self.eval_tokens.values()):
             metric.set_dtype(torch.float64)
+        self._eval_batches = 0
         self._check_head_fusion()
 
     def on_validation_epoch_start(self) -> None:
@@ -350,8 +366,20 @@ class LanguageModule(L.LightningModule):
             logits = self.evaluation.logits(self, batch["input_ids"], keep) if self.evaluation is not None \
                 else self.lm_forward(batch["input_ids"], logits_to_keep=keep).logits
             nll = logits_nll(logits, labels if keep is None else labels[:, keep])
-        self.eval_nll[stage].update(nll.sum(dtype=torch.float64))
-        self.eval_tokens[stage].update(scored.sum().double())
+        key = self._batch_key(batch)
+        self.eval_nll[stage].update(key, nll.sum(dtype=torch.float64))
+        self.eval_tokens[stage].update(key, scored.sum().double())
+
+    def _batch_key(self, batch) -> int:
+        """The key the evaluation sums order this batch by: its first window's index in the split (the same
+        under any number of processes); a loader without indices gets this rank's count, interleaved
+        over the ranks (unique, but then N processes add in another order than one)."""
+        if "window_index" in batch:
+            return int(batch["window_index"][0])
+        trainer = self._trainer
+        world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        self._eval_batches += 1
+        return (self._eval_batches - 1) * world + rank
 
     def validation_step(self, batch, batch_idx):
         if batch.get("kind") == "classification":
@@ -397,7 +425,11 @@ class LanguageModule(L.LightningModule):
         return nll.masked_fill(batch["labels"] == IGNORE_INDEX, float("nan"))
 
     def _eval_epoch_end(self, stage: str):
-        if not self.eval_tokens[stage].update_called:  # no LM batch (e.g. fine-tuning): nothing to report
+        self._eval_batches = 0
+        scored = self.eval_tokens[stage].update_called
+        if self.trainer.world_size > 1:  # every rank syncs the sums, also one that had no batch
+            scored = self.trainer.strategy.reduce_boolean_decision(scored, all=False)
+        if not scored:  # no LM batch (e.g. fine-tuning): nothing to report
             return
         nll, tokens = float(self.eval_nll[stage].compute()), float(self.eval_tokens[stage].compute())
         self.eval_nll[stage].reset(), self.eval_tokens[stage].reset()

@@ -23,7 +23,7 @@ import lightning as L
 from lightning_bench.errors import DivergedError
 from lightning_bench.evaluation.task_scoring import merge_results
 from lightning_bench.results.io import read_json, write_json_atomic, write_text_atomic
-from lightning_bench.results.meta import run_meta
+from lightning_bench.results.meta import processes, run_meta
 from lightning_bench.results.naming import new_run_id, point_latest, run_path
 from lightning_bench.results.recorder import model_size, sparsity_summary
 
@@ -95,7 +95,8 @@ class DownstreamRecorder(L.Callback):
                   "divergence": {"quantity": exception.quantity, "value": str(exception.value),
                                  "step": exception.step},
                   "training": self.fit_summary, "tasks": list(getattr(dm, "task_names", [])),
-                  "meta": run_meta(seed=self.seed, datamodule=dm, precision_note=self.precision_note),
+                  "meta": run_meta(seed=self.seed, datamodule=dm, precision_note=self.precision_note,
+                                extra={"processes": processes(trainer)}),
                   "config": self.config}
         # its own file: the benchmark record merges finished runs' scores, and a diverged run has none
         self.written = write_json_atomic(run_path(self.results_dir, f"{stem}_downstream_diverged", self.run_id), record)
@@ -119,7 +120,8 @@ class DownstreamRecorder(L.Callback):
         sparsity = sparsity_summary(trainer)
         run = {"protocol": protocol, "eval_time": seconds, **model_size(trainer, pl_module),
                "parameters": pl_module.parameter_counts(),
-               "meta": run_meta(seed=self.seed, datamodule=dm, precision_note=self.precision_note),
+               "meta": run_meta(seed=self.seed, datamodule=dm, precision_note=self.precision_note,
+                                extra={"processes": processes(trainer)}),
                "config": self.config}
         if sparsity:
             run["sparsity"] = sparsity

@@ -89,3 +89,10 @@ def run_meta(*, seed, datamodule=None, protocol=None, precision_note=None, extra
         meta["precision"] = precision_note
     meta.update(extra or {})
     return meta
+
+
+def processes(trainer) -> dict:
+    """How many processes ran the stage and under which Lightning strategy (a DDP run's figures are the
+    one-process figures: data/sharding.py, models/keyed_sum.py)."""
+    return {"world_size": trainer.world_size, "num_nodes": trainer.num_nodes,
+            "strategy": type(trainer.strategy).__name__}

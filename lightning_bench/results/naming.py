@@ -20,8 +20,20 @@ import shutil
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Optional
 
 RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{4}")
+
+
+RUN_ID_ENV = "LB_RUN_ID"
+
+
+def launched_run_id() -> Optional[str]:
+    """The run id of the process that started this one, in a process Lightning's DDP launcher started
+    (LOCAL_RANK > 0 and the id in the environment); None otherwise (a new run: a new id)."""
+    if int(os.environ.get("LOCAL_RANK", "0") or 0) > 0:
+        return os.environ.get(RUN_ID_ENV)
+    return None
 
 
 def new_run_id() -> str:

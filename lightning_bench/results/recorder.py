@@ -33,7 +33,7 @@ from lightning.pytorch.callbacks import Checkpoint
 
 from lightning_bench.errors import DivergedError
 from lightning_bench.results.io import read_json, write_json_atomic
-from lightning_bench.results.meta import run_meta
+from lightning_bench.results.meta import processes, run_meta
 from lightning_bench.results.naming import RUN_ID, new_run_id, point_latest, run_path
 
 
@@ -189,7 +189,8 @@ class ResultsRecorder(L.Callback):
             self._loss_sum += float(ce)
             self._loss_n += 1
             self._last_loss = (trainer.global_step, float(ce))
-        self._trained_tokens += int((batch["labels"] != -100).sum())
+        tokens = outputs.get("tokens") if isinstance(outputs, dict) else None  # every rank's, under DDP
+        self._trained_tokens += int(tokens if tokens is not None else (batch["labels"] != -100).sum())
 
     def on_train_epoch_end(self, trainer, pl_module):
         if self._loss_n:
@@ -310,7 +311,7 @@ class ResultsRecorder(L.Callback):
             "logs": log_files(trainer),
             "meta": run_meta(seed=self.seed, datamodule=dm, precision_note=self.precision_note,
                              protocol=dm.protocol(split) if split and hasattr(dm, "protocol") else None,
-                             extra=extra_meta),
+                             extra={**(extra_meta or {}), "processes": processes(trainer)}),
         }
         # anything else a callback contributes follows (e.g. `sparsity`)
         record.update({k: v for k, v in contributed.items() if k not in record and k not in SIZE_FIELDS and v})

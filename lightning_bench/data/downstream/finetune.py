@@ -19,6 +19,7 @@ from lightning_bench.data.downstream.base import TaskDataModule
 from lightning_bench.data.lm import EpochSeededSampler
 from lightning_bench.data.options import (ContextTokens, Fraction, NonNegativeInt, OpenUnitInterval, PositiveInt,
                                           checked_arguments)
+from lightning_bench.data.sharding import eval_sampler, processes
 from lightning_bench.data.tasks import get_task
 from lightning_bench.data.tasks.finetune import classification_collate, encode_pair, split_groups
 from lightning_bench.errors import ConfigError, MissingData
@@ -110,7 +111,9 @@ class FinetuneDataModule(TaskDataModule):
         items = [(ids, float(r["label"]) if regression else int(r["label"]), i)
                  for i, (ids, r) in enumerate(zip(encoded, rows))]
         collate = partial(classification_collate, pad_id=getattr(self.tokenizer, "prefix_id", 0), regression=regression)
-        sampler = EpochSeededSampler(len(items), self.hparams.split_seed) if shuffle else None
+        sampler = (EpochSeededSampler(len(items), self.hparams.split_seed, *processes(self), self.hparams.batch_size)
+                   if shuffle
+                   else eval_sampler(self, len(items), self.hparams.batch_size))  # no row twice under DDP
         return DataLoader(items, batch_size=self.hparams.batch_size, sampler=sampler, collate_fn=collate)
 
     def train_dataloader(self):

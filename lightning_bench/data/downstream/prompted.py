@@ -15,6 +15,7 @@ from lightning_bench.data.downstream import requests as encoding
 from lightning_bench.data.downstream.base import TaskDataModule
 from lightning_bench.data.options import (ContextTokens, NonNegativeFloat, NonNegativeInt, OpenClosedUnitInterval,
                                           PositiveInt, checked_arguments)
+from lightning_bench.data.sharding import eval_sampler
 from lightning_bench.data.tasks import GenerationSettings, get_task
 from lightning_bench.data.tasks.finetune import passage
 from lightning_bench.data.tasks.rows import length_splits
@@ -256,7 +257,8 @@ class PromptedDataModule(TaskDataModule):
                 "cue_tokens": batch["cue_tokens"], **batch["sampling"]}
 
     def test_dataloader(self):
-        return DataLoader(_Batches(self._batches()), batch_size=None)
+        batches = _Batches(self._batches())  # under DDP each rank scores whole batches, none twice
+        return DataLoader(batches, batch_size=None, sampler=eval_sampler(self, len(batches), 1))
 
     def protocol_record(self) -> dict:
         """The settings a prompted score depends on (the record's `protocol`)."""
