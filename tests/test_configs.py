@@ -10,7 +10,10 @@ from tests.test_cli import run
 ROOT = Path(__file__).resolve().parent.parent / "configs"
 # configs/perplexity/ holds `lightning_bench sweep` presets, validated under `sweep` at the end of this file
 # (they are not fit/test configs)
-CONFIGS = sorted(p for p in ROOT.rglob("*.yaml") if not {"perplexity", "downstream"} & set(p.relative_to(ROOT).parts))
+CONFIGS = sorted(p for p in ROOT.rglob("*.yaml")
+                 if not {"perplexity", "downstream", "scaling"} & set(p.relative_to(ROOT).parts))
+# configs/scaling/ holds trainer-only presets (DDP, FSDP on GPUs), given after a fit/test config
+SCALING = sorted((ROOT / "scaling").glob("*.yaml"))
 
 
 def test_there_are_configs():
@@ -29,6 +32,33 @@ def test_config_parses(path, capsys):
             assert resolved[section]["init_args"][key] == value, (section, key)
 
 
+@pytest.mark.parametrize("path", SCALING, ids=lambda p: p.name)
+def test_scaling_preset_parses_and_builds_its_strategy(path, capsys):
+    """On top of a fit config; the strategy is built as the Trainer will build it (a class path named in
+    auto_wrap_policy that does not import fails here, not on the cluster)."""
+    from jsonargparse import ArgumentParser
+    from lightning.pytorch import strategies
+
+    code, out, err = run(["fit", "--config", str(ROOT / "fit" / "transformer_wikitext2.yaml"), "--config", str(path),
+                          "--print_config"], capsys)
+    assert code in (0, None), err
+    trainer = yaml.safe_load(out)["trainer"]
+    written = yaml.safe_load(path.read_text())["trainer"]
+    assert {k: trainer[k] for k in written if k != "strategy"} == {k: v for k, v in written.items() if k != "strategy"}
+    strategy = written["strategy"]
+    if isinstance(strategy, str):
+        assert trainer["strategy"] == strategy and strategy in strategies.StrategyRegistry
+        return
+    parser = ArgumentParser()
+    parser.add_subclass_arguments(strategies.Strategy, "strategy")
+    built = parser.instantiate(parser.parse_object({"strategy": strategy})).strategy
+    assert type(built).__name__ == strategy["class_path"].rsplit(".", 1)[1]
+    if "auto_wrap_policy" in strategy["init_args"]:
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+        assert isinstance(built.kwargs["auto_wrap_policy"], ModuleWrapPolicy)
+
+
 # ---- experiment presets: each loads under its experiment command -------------------------------
 # configs/perplexity/ holds `sweep` presets; configs/compare/ holds the fit presets `multi_dataset` runs;
 # configs/downstream/ holds `downstream` presets
@@ -37,7 +67,7 @@ EXPERIMENT_CONFIGS = sorted(p for p in ROOT.rglob("*.yaml") if p.parent.name in 
 
 
 def test_every_config_folder_has_a_command():
-    assert {p.parent.name for p in ROOT.rglob("*.yaml")} <= {"fit", "test", "finetune", *EXPERIMENT_DIRS}
+    assert {p.parent.name for p in ROOT.rglob("*.yaml")} <= {"fit", "test", "finetune", "scaling", *EXPERIMENT_DIRS}
     assert EXPERIMENT_CONFIGS
 
 
