@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from lightning_bench.data.sharding import BlockShardSampler, global_batch_part
 from tests.conftest import FIXTURES
@@ -81,6 +82,13 @@ def test_ddp_test_perplexity_equals_one_process_exactly(tiny_corpus, tmp_path, c
     assert two["metrics"]["scored_tokens"] == one["meta"]["evaluation_protocol"]["units"]["tokens"]
     assert one["meta"]["processes"]["world_size"] == 1
     assert two["meta"]["processes"] == {"world_size": 2, "num_nodes": 1, "strategy": "DDPStrategy"}
+    # per-token NLL of every window, in the text's order, written once
+    predict = ["predict", *common[1:]]
+    one_process([*predict, "--results_dir", "one"], capsys)
+    two_processes([*predict, "--results_dir", "two"])
+    one, two = (torch.load(next((tmp_path / d).glob("*_predict_*.pt")))["windows"] for d in ("one", "two"))
+    assert len(two) == len(one) == 6  # batches of 3 windows
+    assert all(torch.allclose(a, b, rtol=0, atol=0, equal_nan=True) for a, b in zip(one, two))  # bit for bit
 
 
 def test_ddp_prompted_predictions_are_every_requests_once(tiny_hf, tmp_path, capsys):

@@ -23,6 +23,10 @@ class TokenNLLWriter(BasePredictionWriter):
         self.path, self.latest = Path(path), latest
 
     def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices):
+        if trainer.world_size > 1:
+            predictions = self._every_rank(trainer, predictions)
+        if not trainer.is_global_zero:
+            return
         dm = trainer.datamodule
         payload = {"windows": predictions,
                    "protocol": dm.protocol("test") if hasattr(dm, "protocol") else None}
@@ -34,3 +38,14 @@ class TokenNLLWriter(BasePredictionWriter):
         if self.latest is not None:
             point_latest(self.path, Path(self.latest))
         print(f"lightning_bench: wrote {self.path}")
+
+    @staticmethod
+    def _every_rank(trainer, predictions: list) -> list:
+        """Under DDP rank r predicted batches r, r+N, r+2N, ... (data/sharding.BlockShardSampler): every
+        rank's batches, back in the text's order, on every rank."""
+        import torch.distributed as dist
+
+        world = trainer.world_size
+        gathered = [None] * world
+        dist.all_gather_object(gathered, [p.cpu() for p in predictions])
+        return [gathered[k % world][k // world] for k in range(sum(len(g) for g in gathered))]
