@@ -428,6 +428,11 @@ class LightningBenchCLI(LightningCLI):
 
             self.model.use_8bit_optimizer(optimizer=adamw8bit)
         sp = cfg.sparsity or SparsityOptions()
+        if trainer.world_size > 1 and (cfg.attention_sparsity is not None or sp.method is not None):
+            # their cache and density figures are one process's sums: under DDP they would describe a part
+            raise ConfigError("--sparsity / --attention_sparsity run in one process (--trainer.devices 1); to spread "
+                              "a grid of them over processes or machines use `lightning_bench sweep` or "
+                              "`downstream` with --shard i/N or --executor ray")
         if cfg.attention_sparsity is not None:
             from lightning_bench.sparsity.callback import SparsityCallback
 
