@@ -63,3 +63,14 @@ class KillAfterStep(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if trainer.global_step >= self.step:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class StopAfterStep(L.Callback):
+    """Stops a fit gracefully after training step `step`, mid-epoch (a checkpoint every few steps keeps the place)."""
+
+    def __init__(self, step: int = 1):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step >= self.step:
+            trainer.should_stop = True

@@ -31,7 +31,9 @@ QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summa
 
 
 def two_processes(argv: list[str]) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # the tests' own process runs one thread
+    # the tests' own process runs one thread; tests.helpers callbacks import from the repository root
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(filter(None, [
+        str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([str(LB), *argv, *TWO], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
 
@@ -117,27 +119,35 @@ def _without_runs(entry):
 
 
 def _step_losses(folder: Path) -> list[float]:
-    (metrics,) = folder.glob("*/*/metrics.csv")
-    return [float(r["train/loss"]) for r in csv.DictReader(metrics.open()) if r.get("train/loss")]
+    """The logged training loss of every step, over the run's logs (a resumed run logs into a folder of its own)."""
+    losses = {int(r["step"]): float(r["train/loss"]) for metrics in folder.glob("*/*/metrics.csv")
+              for r in csv.DictReader(metrics.open()) if r.get("train/loss")}
+    return [losses[step] for step in sorted(losses)]
 
 
 def test_ddp_fit_follows_one_process_at_the_same_global_batch(tiny_corpus, tmp_path, capsys):
-    # 61 training chunks: every epoch ends with a smaller global batch (5 of 8 chunks), cut 3 + 2
+    """61 training chunks: every epoch ends with a smaller global batch (5 of 8 chunks, cut 3 + 2). The two
+    processes stop gracefully after step 5, mid-epoch, and resume from the step-5 checkpoint: the resumed
+    curve must still be one process's (a wrong place in the epoch would change every later batch)."""
     common = ["fit", *TINY_MODEL, "--data", "text", "--data.path", str(tiny_corpus), "--data.seq_len", "16",
               "--trainer.max_steps", "20", "--trainer.max_epochs", "4", "--trainer.log_every_n_steps", "1",
-              "--trainer.enable_checkpointing", "false", *QUIET]
+              "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint", "--trainer.callbacks.dirpath=ckpt",
+              "--trainer.callbacks.every_n_train_steps=5", "--trainer.callbacks.save_last=true", *QUIET]
     one_process([*common, "--data.batch_size", "8", "--results_dir", "one", "--trainer.default_root_dir", "one"],
                 capsys)
-    two_processes([*common, "--data.batch_size", "4", "--results_dir", "two", "--trainer.default_root_dir", "two"])
+    two = [*common, "--data.batch_size", "4", "--results_dir", "two", "--trainer.default_root_dir", "two"]
+    two_processes([*two, "--trainer.callbacks+=tests.helpers.StopAfterStep", "--trainer.callbacks.step=5"])
+    two_processes([*two, "--ckpt_path", "last"])
     one, two = (json.loads((tmp_path / d / "transformer_tiny_corpus_seq16_bits32.json").read_text())
                 for d in ("one", "two"))
+    assert two["meta"]["resumed_from"]["step"] == 5
     assert two["global_steps"] == one["global_steps"] == 20 and len(one["epoch_losses"]) == 3
     assert two["trained_tokens"] == one["trained_tokens"]  # every rank's tokens, none repeated
     assert two["meta"]["processes"]["world_size"] == 2
     steps_one, steps_two = _step_losses(tmp_path / "one"), _step_losses(tmp_path / "two")
     assert len(steps_one) == len(steps_two) == 20
-    assert steps_two == pytest.approx(steps_one, rel=TRAIN_TOLERANCE)
     assert steps_two[0] == steps_one[0]  # the first step is the same batch and the same weights
+    assert steps_two == pytest.approx(steps_one, rel=TRAIN_TOLERANCE)
     assert two["epoch_losses"] == pytest.approx(one["epoch_losses"], rel=TRAIN_TOLERANCE)
     curve = lambda r: [v["ppl"] for v in r["validation_curve"]]  # noqa: E731
     assert curve(two) == pytest.approx(curve(one), rel=TRAIN_TOLERANCE)
