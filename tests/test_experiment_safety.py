@@ -1,7 +1,8 @@
 """The experiment commands (downstream, generation, sweep, multi_dataset) are safe to run as a researcher
-runs them: two runs into one store compute each cell once, a lock never outlives its process, an output
-that cannot be written fails before any model loads, a value outside an option's declared range fails
-while parsing, and a bad --config file is one line naming the file. Each failure is one line, exit 2."""
+runs them: two runs into one store compute each cell once (into the sweep's one JSON too), a lock never
+outlives its process, an output that cannot be written fails before any model loads, a value outside an
+option's declared range fails while parsing, and a bad --config file is one line naming the file. Each
+failure is one line, exit 2."""
 
 import dataclasses
 import json
@@ -25,7 +26,6 @@ from lightning_bench.experiments.generation.config import GenerationConfig
 from lightning_bench.experiments.multi_dataset import MultiDatasetConfig
 from lightning_bench.experiments.sweep.config import SweepConfig
 from tests.test_cli import run
-from tests.test_downstream import tiny_hf  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_MODEL = "/nonexistent/model"  # loading it fails: an output error instead says the check came first
@@ -97,21 +97,21 @@ def test_claim_waits_for_a_held_item_and_yields_it_after_the_rest(tmp_path):
     assert order == ["b", "a"]
 
 
-def test_a_second_run_into_one_sweep_document_waits_and_sees_the_first_ones_cells(tmp_path, capsys):
-    path, seen = tmp_path / "sweep.json", {}
+def test_two_runs_writing_one_sweep_document_keep_each_others_cells(tmp_path):
+    """Shards of one sweep write its one JSON at once: each write merges what the other wrote first, and a
+    read sees the other's cells."""
+    from lightning_bench.experiments.sweep.config import Cell
 
-    def second():
-        with CellDocument(path, "fp", {}) as doc:
-            seen.update(doc.doc["results"])
-
-    with CellDocument(path, "fp", {}) as first:
-        thread = threading.Thread(target=second)
-        thread.start()
-        time.sleep(0.5)
-        assert thread.is_alive()
-        first.save(fingerprint="fp", results={"tiny": {"dense": {}}})
-    thread.join(timeout=30)
-    assert seen == {"tiny": {"dense": {}}} and "another run is writing" in capsys.readouterr().out
+    cells = [Cell("tiny", "dense", "sparsity_sweep", "0.0", 16, 0.0),
+             Cell("tiny", "h2o", "sparsity_sweep", "0.5", 16, 0.5)]
+    path, settings = tmp_path / "sweep.json", {"method_params": {}}
+    with CellDocument(path, "fp", {}) as first, CellDocument(path, "fp", {}) as second:
+        for doc in (first, second):
+            doc.on_write = lambda cell, measured, doc=doc: doc.save(fingerprint="fp")
+        first.write(cells[0], settings, {"perplexity": 2.0, "method_params": {}})
+        second.write(cells[1], settings, {"perplexity": 3.0, "method_params": {}})
+        assert first.read(cells[1], settings)["perplexity"] == 3.0
+    assert set(json.loads(path.read_text())["results"]["tiny"]) == {"dense", "h2o"}
 
 
 def test_a_lock_is_free_once_its_holder_is_killed(tmp_path):

@@ -1,7 +1,10 @@
 """The experiment runner and its store (experiments/core/runner.py, core/store.py), and the option
 vocabulary of the experiment commands: old spellings give the same configuration, each with one note."""
 
+import functools
 import json
+import os
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +13,8 @@ import pytest
 
 from lightning_bench.errors import ConfigError
 from lightning_bench.experiments.core.config import parse_command
+from lightning_bench.experiments.core.execution import RayOptions
+from lightning_bench.experiments.core.ray_executor import RayExecutor
 from lightning_bench.experiments.core.runner import Work, run_grid, run_serial
 from lightning_bench.experiments.core.store import CellStore, fingerprint
 
@@ -34,6 +39,19 @@ def works(*cells, settings=None):
 def square(todo):
     """A cell's record depends on its Work alone, as the runner requires."""
     return [{"value": w.cell.n ** 2, "settings": w.settings} for w in todo]
+
+
+def grid_command(folder: str, die_in: str = ""):
+    """A grid of this file as a command on Ray workers (tests/test_executors.py; here, where each worker imports
+    it quickly); its compute ends its worker's process in group `die_in`, as kill -9 or the OOM killer would."""
+    def compute(todo):
+        if todo[0].group == die_in:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return square(todo)
+
+    executor = RayExecutor(RayOptions(workers=2), functools.partial(grid_command, folder, die_in))
+    return run_grid(works(Cell(1), Cell(2, "g"), Cell(3, "g"), Cell(4)), CellStore(folder, FILES, REFUSAL),
+                    compute, lambda *a: None, executor=executor)
 
 
 # ---- the runner ------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ or other extra arguments is refused (its cells would be silently reused).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib
 import json
@@ -33,6 +34,7 @@ from filelock import FileLock
 from lightning_bench.errors import PROG, ConfigError
 from lightning_bench.experiments.core.aggregate import STD_KIND, sample_std
 from lightning_bench.experiments.core.config import Seed, check_unique, parse_command
+from lightning_bench.experiments.core.execution import Execution
 from lightning_bench.experiments.core.runner import Work, run_grid, sayer
 from lightning_bench.results.io import check_output, read_json, write_json_atomic
 from lightning_bench.results.meta import run_meta
@@ -74,7 +76,7 @@ class Cell:
 
 
 @dataclass
-class MultiDatasetConfig:
+class MultiDatasetConfig(Execution):
     """Train and test one fit preset on several datasets x seeds; write one summary JSON."""
 
     preset: Optional[str] = None
@@ -89,6 +91,7 @@ class MultiDatasetConfig:
     """arguments for every fit and test run (on the command line: everything after `--`)"""
 
     def __post_init__(self):
+        super().__post_init__()
         if not self.datasets:
             raise ConfigError(f"{COMMAND} needs --datasets NAME [NAME ...] (data aliases, or NAME=DIR for a "
                               "local text folder)")
@@ -302,7 +305,9 @@ def main(argv: list[str]) -> int:
                              store.folder(cell))
         return [{"fit": fit, "test": test}]
 
-    run_grid([Work(cell, {}, cell.key) for cell in grid], store, compute, say)
+    if run_grid([Work(cell, {}, cell.key) for cell in grid], store, compute, say,
+                executor=cfg.executor_for(functools.partial(main, argv)), shard=cfg.shard_slice) is None:
+        return 0  # cells other shards still owe, or a Ray worker building its grid
     written = summary()
     print(f"{PROG} {COMMAND}: wrote {summary_path}")
     for name, mean in written["perplexities"].items():

@@ -116,7 +116,9 @@ def parse_command(command: str, config_class: type, argv: list[str], description
     _merge_nested_items(namespace, argv, hints)
     files = [Path(str(f)) for f in (namespace.pop("config", None) or []) if f is not None]
     resolved = json.loads(json.dumps(namespace.as_dict(), default=str))  # plain data: lists, not tuples
-    resolved = {k: v for k, v in resolved.items() if k not in deprecated}  # records name the current fields
+    # records name the current fields, and not how the grid ran (runner.Execution): the same however it ran
+    unrecorded = {*deprecated, *getattr(config_class, "EXECUTION_OPTIONS", ())}
+    resolved = {k: v for k, v in resolved.items() if k not in unrecorded}
     init = parser.instantiate(namespace)
     config = config_class(**{f.name: _plain(init[f.name]) for f in dataclasses.fields(config_class) if f.init})
     return Parsed(config, resolved, files)

@@ -19,6 +19,7 @@ one would. docs/downstream.md has the protocol.
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 import time
@@ -83,7 +84,10 @@ def main(argv: list[str], wandb_extras: Optional[Callable[[Any, Path], None]] = 
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     module, tokenizer, prompts, provenance, max_length = prepare(cfg)
-    net, quantization = network(cfg, module, tokenizer, device)
+    # loaded on the first group computed, so a process with nothing to compute (the driver of Ray workers) never
+    # loads it; low-bit weights now: their quantization record is part of every cell's settings
+    loaded = functools.cache(lambda: network(cfg, module, tokenizer, device))
+    quantization = loaded()[1] if cfg.bits in (8, 4) else None
     config = {"command": COMMAND, **parsed.resolved, "tasks": cfg.tasks, "max_length": max_length,
               "model": model_record(cfg, quantization),
               "device": str(device), "device_type": device.type, "threads": torch.get_num_threads(), "batch_size": 1}
@@ -106,6 +110,7 @@ def main(argv: list[str], wandb_extras: Optional[Callable[[Any, Path], None]] = 
 
     def compute(works: list[Work]) -> list[dict]:
         """One group's cells from one prefill per example; its progress saved after each example."""
+        net = loaded()[0]  # before the seed: loading a model may draw random numbers
         start, cells = time.perf_counter(), [work.cell for work in works]
         torch.manual_seed(cells[0].seed)
         progress = store.progress(works[0].group, {work.key: work.settings for work in works})
@@ -121,7 +126,10 @@ def main(argv: list[str], wandb_extras: Optional[Callable[[Any, Path], None]] = 
 
     works = [Work(cell, _protocol(config, prompts[cell.task], cell.method, params(cell)), group_name(cell))
              for cell in grid]
-    records = run_grid(works, store, compute, say)
+    records = run_grid(works, store, compute, say, executor=cfg.executor_for(functools.partial(main, argv)),
+                       shard=cfg.shard_slice)
+    if records is None:  # cells other shards still owe, or a Ray worker building its grid
+        return 0
     meta = run_meta(seed=cfg.seeds, extra=meta_extra)
     results_path, summary_path = write_report(folder, cfg.name, config, meta, grid, records)
     print(f"{PROG} {COMMAND}: wrote {results_path} and {summary_path}")

@@ -14,13 +14,14 @@ from lightning_bench.errors import ConfigError
 from lightning_bench.experiments.core.config import (ContextTokens, Fraction, OpenClosedUnitInterval, Renamed,
                                                      Seed, check_unique)
 from lightning_bench.experiments.core.grid import DENSE, sparsity_key
+from lightning_bench.experiments.core.execution import Execution
 from lightning_bench.experiments.generation.config import PretrainedModel
 
 PROTOCOLS = ("query_aware", "query_agnostic", "interval")
 
 
 @dataclass
-class DownstreamConfig:
+class DownstreamConfig(Execution):
     """Every KV-cache method on generative downstream tasks with one mechanism (prefill, score, keep
     the top of the cache, continue generation on it): task quality against the memory kept, resumable,
     with paired bootstrap CIs against dense and h2o."""
@@ -107,6 +108,7 @@ class DownstreamConfig:
         from lightning_bench.data.tasks.registry import expand_tasks
         from lightning_bench.sparsity import make_method
 
+        super().__post_init__()
         self.tasks = expand_tasks(self.tasks)  # unknown task or group: one line listing the valid ones
         for option, values in (("--methods", self.methods), ("--ratios", self.ratios),
                                ("--budget_tokens", self.budget_tokens), ("--protocols", self.protocols),

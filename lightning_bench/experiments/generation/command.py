@@ -126,6 +126,8 @@ def main(argv: list[str]) -> int:
                 "meta": run_meta(seed=cell.seed, extra={"command": command, "data": data})}
 
     works = [Work(cell, _protocol(config, data, cell.method), cell.key) for cell in grid]
-    run_grid(works, store, lambda todo: [measure(work.cell) for work in todo], say, check=same_windows)
+    if run_grid(works, store, lambda todo: [measure(work.cell) for work in todo], say, check=same_windows,
+                executor=cfg.executor_for(functools.partial(main, argv)), shard=cfg.shard_slice) is None:
+        return 0  # cells other shards still owe, or a Ray worker building its grid
     write_summaries(store, config, data, memory.kind, run_meta(seed=cfg.seeds, extra={"command": command, "data": data}))
     return 0

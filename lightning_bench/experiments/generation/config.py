@@ -17,6 +17,7 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 from lightning_bench.errors import ConfigError, deprecated
 from lightning_bench.experiments.core.config import Fraction, Renamed, Seed, check_unique
 from lightning_bench.experiments.core.grid import sparsity_key, sparsity_levels_for
+from lightning_bench.experiments.core.execution import Execution
 
 FIRST_SEED = 42  # --seeds' default, and where --num_runs N counted from: 42 .. 42+N-1
 
@@ -49,7 +50,7 @@ class PretrainedModel:
 
 
 @dataclass
-class GenerationConfig:
+class GenerationConfig(Execution):
     """KV-cache eviction on generation: perplexity of a reference continuation under the pruned cache,
     throughput, memory, cache size; resumable, with paired t-tests."""
 
@@ -95,6 +96,7 @@ class GenerationConfig:
     def __post_init__(self):
         from lightning_bench.sparsity import make_method
 
+        super().__post_init__()
         for option, values in (("--methods", self.methods), ("--ratios", self.ratios),
                                ("--context_length", self.context_length), ("--seeds", self.seeds)):
             check_unique(option, values)

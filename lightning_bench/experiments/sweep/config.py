@@ -13,6 +13,7 @@ from jsonargparse.typing import PositiveInt
 from lightning_bench.errors import ConfigError, deprecated, unknown_name
 from lightning_bench.experiments.core.config import Fraction, Renamed, Seed, check_name, check_unique
 from lightning_bench.experiments.core.grid import DENSE, sparsity_key, sparsity_levels_for
+from lightning_bench.experiments.core.execution import Execution
 from lightning_bench.experiments.core.store import fingerprint
 from lightning_bench.models import LanguageModule
 
@@ -109,9 +110,14 @@ class Cell:
     def label(self) -> str:
         return f"{self.dataset} {self.method} L={self.context_length} sparsity={self.sparsity:g}"
 
+    @property
+    def group(self) -> str:
+        """The cells of one measurement: a (length, ratio) on both axes is one evaluation for both cells."""
+        return f"{self.dataset}__{self.method}_L{self.context_length}_s{sparsity_key(self.sparsity)}"
+
 
 @dataclass
-class SweepConfig:
+class SweepConfig(Execution):
     """Streaming perplexity under KV-cache eviction: datasets x methods x (sparsity levels at one context
     length + context lengths at one sparsity); one resumable JSON."""
 
@@ -152,6 +158,7 @@ class SweepConfig:
 
         from lightning_bench.sparsity.masking.stack import check_named_stacks
 
+        super().__post_init__()
         if not self.methods and not self.attention_sparsity:
             raise ConfigError(f"methods must be a non-empty list of sparsity methods; valid: {', '.join(sorted(METHODS))}")
         check_named_stacks(self.attention_sparsity, self.methods)
