@@ -12,7 +12,6 @@ from lightning_bench.sparsity import task_decode
 from lightning_bench.sparsity.attention_error import FullCacheReference
 from lightning_bench.sparsity.growing_layer import growing_cache
 from lightning_bench.sparsity.masking.stack import attention_figures
-from tests.test_downstream import tiny_hf  # noqa: F401 (fixture)
 from tests.test_sparsity import tiny_llama
 
 

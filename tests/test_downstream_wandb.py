@@ -10,12 +10,10 @@ import pytest
 from lightning_bench.reports.downstream_builders import Cell, downstream_items
 from lightning_bench.reports.figures import Figure
 from lightning_bench.reports.wandb_log import cell_value
-from tests import test_downstream
 from tests.test_cli import run
 from tests.test_downstream_driver import _args
 
 pytestmark = pytest.mark.shared_data
-tiny_hf = test_downstream.tiny_hf  # the tiny random Llama fixture
 
 
 def test_downstream_wandb_run_holds_the_reports_figures_and_tables(tiny_hf, shared_data, tmp_path, capsys,

@@ -12,7 +12,7 @@ from lightning_bench.data.tasks import get_task
 from lightning_bench.data.tasks.requests import Generation
 from lightning_bench.evaluation import prompted
 from lightning_bench.sparsity.sampling import sample_token
-from tests.test_downstream import KeepEverything, gpt2, tiny_hf, tiny_module  # noqa: F401 (fixtures)
+from tests.test_downstream import KeepEverything, gpt2, tiny_module  # noqa: F401 (fixtures)
 
 
 def _batch(gpt2, text="Question: what is it?\n\nAnswer:", rid=0):

@@ -13,7 +13,6 @@ from lightning_bench.data.tasks import load_rows
 from lightning_bench.evaluation.dst_metrics import dst_per_turn, parse_belief_state
 from lightning_bench.evaluation.open_qa_metrics import exact_match, token_f1
 from tests.test_cli import run
-from tests.test_downstream import tiny_hf  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.shared_data
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.logger", "false"]

@@ -20,7 +20,6 @@ from lightning_bench.evaluation.long_context import PRIMARY, SCORERS
 from lightning_bench.evaluation.long_context.infinitebench import score_one
 from lightning_bench.evaluation.long_context.loogle import bleu, cloze_counts, rouge_recall, sentence_bleu_one_order
 from lightning_bench.evaluation.task_metrics import KNOWN_METRICS
-from tests.test_downstream import tiny_hf  # noqa: F401 (fixture)
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "long_context"
 IB_TASKS = ("passkey", "number_string", "kv_retrieval", "longbook_qa_eng", "longbook_choice_eng", "longdialogue_qa_eng",

@@ -14,7 +14,6 @@ from lightning_bench.sparsity.methods import make_method
 from lightning_bench.sparsity.sampling import draw_generator, draw_seed
 from lightning_bench.sparsity.streaming import streaming_logits
 from lightning_bench.sparsity.task_decode import generate_for_task
-from tests.test_downstream import tiny_hf  # noqa: F401 (fixture)
 from tests.helpers import tiny_llama
 
 VOCAB = 256

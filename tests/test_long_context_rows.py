@@ -11,7 +11,6 @@ from lightning_bench.errors import ConfigError
 from lightning_bench.evaluation.generative_scoring import score_generative
 from lightning_bench.data.tasks import get_task
 from tests.test_cli import run
-from tests.test_downstream import tiny_hf  # noqa: F401 (fixture)
 
 FILLER = "The grass is green. The sky is blue. " * 40
 

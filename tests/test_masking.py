@@ -14,7 +14,6 @@ from lightning_bench.sparsity.capture import capturing
 from lightning_bench.sparsity.masking import MaskContext, Masker, MaskerStack
 from lightning_bench.sparsity.masking.fixed import OracleTopP, Quest
 from lightning_bench.sparsity.streaming import streaming_logits
-from tests.test_downstream import tiny_hf  # noqa: F401 (fixture)
 from tests.test_sparsity_cli import _test as _test_run
 from tests.test_sparsity import tiny_llama
 

@@ -11,7 +11,6 @@ import pytest
 from lightning_bench.data.downstream import PromptedDataModule
 from lightning_bench.errors import ConfigError
 from tests.test_cli import run
-from tests.test_downstream import tiny_hf  # noqa: F401 (fixture)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ruler" / "niah_single_1.300.jsonl"
 
