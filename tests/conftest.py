@@ -14,6 +14,16 @@ SHARED = Path(os.environ.get("LB_SHARED_DIR", ROOT.parent / "shared"))
 SMOLLM2 = Path(os.environ.get("LB_SMOLLM2_DIR", Path.home() / ".cache/lightning_bench/smollm2-135m-instruct"))
 
 
+def need_module(name: str):
+    """`pytest.importorskip`, except in CI (LB_REQUIRE_SHARED=1), where .ci/run installs it: there a missing
+    module fails the test instead of skipping it silently."""
+    if os.environ.get("LB_REQUIRE_SHARED") == "1":
+        import importlib
+
+        return importlib.import_module(name)
+    return pytest.importorskip(name)
+
+
 def _need(path: Path, what: str):
     if path.exists():
         return path

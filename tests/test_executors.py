@@ -17,7 +17,7 @@ from lightning_bench.experiments.core.runner import run_grid
 from lightning_bench.experiments.core.store import CellStore
 from lightning_bench.experiments.downstream import command as downstream_command
 from lightning_bench.experiments.sweep.runner import CellRunner
-from tests.conftest import ROOT
+from tests.conftest import ROOT, need_module
 from tests.test_cli import run
 from tests.test_downstream_driver import _args, _die_in_the_second_group, _stable
 from tests.test_experiment_safety import COMMANDS, NO_MODEL, one_error_line
@@ -50,7 +50,7 @@ def ray_local(tmp_path_factory):
     """One local Ray instance (2 CPUs, no dashboard) for the module; the executor uses it and leaves it up.
     Its workers inherit this environment: this checkout on their path (they import the tests' commands) and
     a tokenizer cache of their own."""
-    ray = pytest.importorskip("ray")
+    ray = need_module("ray")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
         env.setenv("LB_CACHE_DIR", str(tmp_path_factory.mktemp("ray_cache")))
@@ -76,7 +76,7 @@ def test_executor_ray_without_ray_names_the_extra(command, tiny_corpus, tmp_path
 
 
 def test_an_unreachable_ray_address_is_one_line_before_the_model_loads(tiny_corpus, tmp_path, capsys):
-    pytest.importorskip("ray")
+    need_module("ray")
     argv = COMMANDS["downstream"](tmp_path, tiny_corpus, str(tmp_path / "r"))
     code, _, err = run([*argv, "--executor", "ray", "--ray.address", "127.0.0.1:1"], capsys)
     line = one_error_line(code, err)
