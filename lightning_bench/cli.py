@@ -47,6 +47,7 @@ EXTRA_COMMANDS: dict[str, str] = {
     "generation": "lightning_bench.experiments.generation:main",
     "sweep": "lightning_bench.experiments.sweep:main",
     "downstream": "lightning_bench.cli:downstream",
+    "tune": "lightning_bench.experiments.tuning.command:main",
     "infinitebench_generate": "lightning_bench.data.infinitebench_generate:main",
     "generate_ruler": "lightning_bench.data.ruler_generate:main",
     "export_documents": "lightning_bench.data.export_documents:main",

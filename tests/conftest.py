@@ -167,3 +167,17 @@ def tiny_hf(tmp_path_factory) -> Path:
     for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
         shutil.copyfile(Path(offline_gpt2_folder(folder / "cache")) / name, folder / name)
     return folder
+
+
+@pytest.fixture(scope="module")
+def ray_local(tmp_path_factory):
+    """One local Ray instance (2 CPUs, no dashboard) for the module; the executor uses it and leaves it up.
+    Its workers inherit this environment: this checkout on their path (they import the tests' commands) and
+    a tokenizer cache of their own."""
+    ray = need_module("ray")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+        env.setenv("LB_CACHE_DIR", str(tmp_path_factory.mktemp("ray_cache")))
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()

@@ -222,6 +222,13 @@ CASES: dict[str, Case] = {
     "downstream interval 0": Case(lambda p: p.downstream("--interval", "0"), "--interval"),
     "downstream max_new_tokens -1": Case(lambda p: p.downstream("--max_new_tokens", "-1"), "--max_new_tokens"),
     "downstream config is a list": Case(lambda p: ["downstream", "--config", p.file("d.yaml", "- a\n")], "d.yaml"),
+    # --- tune ---------------------------------------------------------------------------------------
+    "tune num_samples 0": Case(lambda p: ["tune", *p.downstream("--methods", "[h2o]", "--num_samples", "0")[1:]],
+                               "--num_samples"),
+    "tune space out of range": Case(lambda p: ["tune", *p.downstream("--methods", "[h2o]", "--space",
+                                                                     "{h2o: {recent_ratio: {low: 0, high: 3}}}")[1:]],
+                                    "--space.h2o.recent_ratio"),
+    "tune show of a file": Case(lambda p: ["tune", "show", p.file("taken")], "tune show"),
     # --- generation ---------------------------------------------------------------------------------
     "generation results_dir under /proc": Case(lambda p: p.generation("--results_dir", _proc(p)), "--results_dir"),
     "generation continuation 0": Case(lambda p: p.generation("--continuation-length", "0"), "continuation_length"),

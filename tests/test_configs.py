@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent / "configs"
 # configs/perplexity/ holds `lightning_bench sweep` presets, validated under `sweep` at the end of this file
 # (they are not fit/test configs)
 CONFIGS = sorted(p for p in ROOT.rglob("*.yaml")
-                 if not {"perplexity", "downstream", "scaling"} & set(p.relative_to(ROOT).parts))
+                 if not {"perplexity", "downstream", "tune", "scaling"} & set(p.relative_to(ROOT).parts))
 # configs/scaling/ holds trainer-only presets (DDP, FSDP on GPUs), given after a fit/test config
 SCALING = sorted((ROOT / "scaling").glob("*.yaml"))
 
@@ -61,8 +61,8 @@ def test_scaling_preset_parses_and_builds_its_strategy(path, capsys):
 
 # ---- experiment presets: each loads under its experiment command -------------------------------
 # configs/perplexity/ holds `sweep` presets; configs/compare/ holds the fit presets `multi_dataset` runs;
-# configs/downstream/ holds `downstream` presets
-EXPERIMENT_DIRS = {"perplexity": "sweep", "compare": "multi_dataset", "downstream": "downstream"}
+# configs/downstream/ holds `downstream` presets; configs/tune/ `tune` presets
+EXPERIMENT_DIRS = {"perplexity": "sweep", "compare": "multi_dataset", "downstream": "downstream", "tune": "tune"}
 EXPERIMENT_CONFIGS = sorted(p for p in ROOT.rglob("*.yaml") if p.parent.name in EXPERIMENT_DIRS)
 
 
@@ -85,6 +85,11 @@ def test_experiment_preset_loads_under_its_command(path, capsys):
         written = yaml.safe_load(path.read_text())
         assert parsed.resolved["methods"] == written["methods"] and parsed.config.cells()
         assert set(parsed.config.tasks) >= {t for t in written["tasks"] if "/" in t}
+    elif command == "tune":  # downstream's checks, the search's options and every --space range
+        from lightning_bench.experiments.tuning.command import TuneConfig
+
+        parsed = parse_command(command, TuneConfig, ["--config", str(path)], "")
+        assert parsed.resolved["methods"] == yaml.safe_load(path.read_text())["methods"] and parsed.config.cells()
     elif command == "sweep":  # the whole check: types, methods, every dataset's LMDataModule at every length
         parsed = parse_command(command, SweepConfig, ["--config", str(path)], "")
         written = yaml.safe_load(path.read_text())

@@ -5,7 +5,6 @@ a rerun completes it; a bad --shard, --executor ray without Ray and an unreachab
 
 import functools
 import json
-import os
 import signal
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ from lightning_bench.experiments.core.runner import run_grid
 from lightning_bench.experiments.core.store import CellStore
 from lightning_bench.experiments.downstream import command as downstream_command
 from lightning_bench.experiments.sweep.runner import CellRunner
-from tests.conftest import ROOT, need_module
+from tests.conftest import need_module
 from tests.test_cli import run
 from tests.test_downstream_driver import _args, _die_in_the_second_group, _stable
 from tests.test_experiment_safety import COMMANDS, NO_MODEL, one_error_line
@@ -43,20 +42,6 @@ def in_own_folder(tmp_path: Path, name: str, monkeypatch) -> Path:
     folder.mkdir()
     monkeypatch.chdir(folder)
     return folder
-
-
-@pytest.fixture(scope="module")
-def ray_local(tmp_path_factory):
-    """One local Ray instance (2 CPUs, no dashboard) for the module; the executor uses it and leaves it up.
-    Its workers inherit this environment: this checkout on their path (they import the tests' commands) and
-    a tokenizer cache of their own."""
-    ray = need_module("ray")
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
-        env.setenv("LB_CACHE_DIR", str(tmp_path_factory.mktemp("ray_cache")))
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
 
 
 # ---- one-line errors -----------------------------------------------------------------------------------------

@@ -26,14 +26,16 @@ from lightning_bench.experiments.core.runner import claimed, planned, write_grou
 POLL_S = 1.0  # how often groups that another run holds are tried again while workers are idle
 
 
-def check_ray(options) -> None:
+def check_ray(options, needed_by: str = "--executor ray", extra: str = "ray") -> None:
     """Ray installed and --ray.address reachable, checked while parsing: ray.init waits minutes for an
     address where nothing listens."""
     try:
         import ray  # noqa: F401
+        if extra == "tune":
+            import ray.tune  # noqa: F401
     except ImportError as err:
-        raise ConfigError("--executor ray needs Ray, which is not installed: pip install 'lightning_bench[ray]'") \
-            from err
+        raise ConfigError(f"{needed_by} needs Ray{' Tune' if extra == 'tune' else ''}, which is not installed: "
+                          f"pip install 'lightning_bench[{extra}]'") from err
     if options.address in (None, "auto", "local"):
         return
     host, _, port = options.address.removeprefix("ray://").rpartition(":")

@@ -19,6 +19,7 @@ one would. docs/downstream.md has the protocol.
 
 from __future__ import annotations
 
+import copy
 import functools
 import re
 import shlex
@@ -93,12 +94,22 @@ def main(argv: list[str], wandb_extras: Optional[Callable[[Any, Path], None]] = 
               "device": str(device), "device_type": device.type, "threads": torch.get_num_threads(), "batch_size": 1}
     meta_extra = {"command": shlex.join([PROG, COMMAND, *argv]), "data": provenance}
 
+    @functools.cache
+    def tuned(method: str, task: str):
+        """--tuned_configs: the method's parameters or the stack `tune` cached for the task (None: not asked)."""
+        if cfg.tuned_configs is None or method == "dense":
+            return None
+        from lightning_bench.experiments.tuning.cache import tuned_config
+
+        return tuned_config(cfg, method, task)
+
     def params(cell) -> dict:
         if cell.method in cfg.attention_sparsity:  # the stack, so that another stack never reuses the cell
             from lightning_bench.sparsity.masking import MaskerStack
 
-            return {"attention_sparsity": MaskerStack.parse(cfg.attention_sparsity[cell.method]).describe()}
-        out = dict(cfg.method_params.get(cell.method, {}))
+            stack = tuned(cell.method, cell.task) or MaskerStack.parse(cfg.attention_sparsity[cell.method])
+            return {"attention_sparsity": stack.describe()}
+        out = dict(tuned(cell.method, cell.task) or cfg.method_params.get(cell.method, {}))
         if cell.method == "random":
             out.setdefault("seed", cell.seed)
         return out
@@ -114,7 +125,10 @@ def main(argv: list[str], wandb_extras: Optional[Callable[[Any, Path], None]] = 
         start, cells = time.perf_counter(), [work.cell for work in works]
         torch.manual_seed(cells[0].seed)
         progress = store.progress(works[0].group, {work.key: work.settings for work in works})
-        made = run_group(net, cells, cfg, prompts[cells[0].task], tokenizer, params, memory, progress)
+        decoding = copy.copy(cfg)  # the group's task's tuned stacks, where --tuned_configs gives them
+        decoding.attention_sparsity = {name: tuned(name, cells[0].task) or spec
+                                       for name, spec in cfg.attention_sparsity.items()}
+        made = run_group(net, cells, decoding, prompts[cells[0].task], tokenizer, params, memory, progress)
         records = [{**result, "meta": run_meta(seed=cell.seed, extra=meta_extra)} for cell, result in zip(cells, made)]
         for cell, record in zip(cells, records):
             m = record["metrics"].get(record["primary_metric"])

@@ -101,6 +101,9 @@ class DownstreamConfig(Execution):
     """log one W&B run per driver call (a table of the cells and each cell's figures); offline unless logged in"""
     wandb_dir: str = "wandb_logs"
     """where W&B writes its run"""
+    tuned_configs: Optional[str] = None
+    """a folder `lightning_bench tune` wrote: each method's and stack's tuned parameters for each task (its own,
+    else the global ones; neither: the declared defaults, with a line), over --method_params and the stacks"""
     DEPRECATED: ClassVar[dict] = {"sparsity": Renamed("ratios"), "device": Renamed("accelerator"),
                                   "seed": Renamed("seeds", lambda seed: [seed], type=Seed)}
 
