@@ -77,7 +77,7 @@ class TuneConfig(DownstreamConfig):
             try:
                 import optuna  # noqa: F401
             except ImportError as err:
-                raise ConfigError("--search tpe needs optuna: pip install optuna") from err
+                raise ConfigError("--search tpe needs optuna: pip install 'lightning_bench[tune]'") from err
         configs = targets(self.methods, self.attention_sparsity, self.method_params)
         unknown = sorted(set(self.space) - {t.name for t in configs})
         if unknown:
