@@ -6,15 +6,20 @@
 One table per protocol: a row per task (its headline metric, percent), a column per method and
 compression level (dense once), a last row with the mean over the tasks every column has; then the
 compute each (task, protocol) group took, from its cells' own timing: the shared dense prefill once
-(the smallest prefill_seconds of the group: every cell's counts that prefill whole plus its own
-compression), each cell's compression (its prefill_seconds minus that) and every cell's decoding.
+(the smallest prefill_seconds of the group's cells made by one run: every cell's counts that prefill whole plus
+its own compression; a group whose cells came from several runs, e.g. dense first, counts each run's prefill),
+each cell's compression (its prefill_seconds minus its run's prefill) and every cell's decoding.
 The driver's `{name}_summary.txt` has the per-cell CIs; this only lays the headline figures out.
 """
 
 import argparse
 import json
+from datetime import datetime
 from collections import defaultdict
 from pathlib import Path
+
+
+RUN_GAP_S = 300  # cells of one group run are written together; another run's were written long before
 
 
 def column(cell: dict) -> str:
@@ -45,12 +50,31 @@ def tables(cells: list[dict], protocol: str) -> list[str]:
             f"{sum(scores[t][k] for t in complete) / len(complete):.1f}" for k in columns) + " |")
     out += ["", "| task | cells | shared prefill s | compressions s | decoding s | total s |", "|---|---|---|---|---|---|"]
     for task, group in groups.items():
-        prefill = min(c["timing"]["prefill_seconds"] for c in group)
-        compress = sum(c["timing"]["prefill_seconds"] - prefill for c in group)
+        runs = by_run(group)
+        prefill = sum(min(c["timing"]["prefill_seconds"] for c in run) for run in runs)
+        compress = sum(c["timing"]["prefill_seconds"] - min(d["timing"]["prefill_seconds"] for d in run)
+                       for run in runs for c in run)
         decode = sum(c["timing"]["decode_seconds"] for c in group)
-        out.append(f"| {task} | {len(group)} | {prefill:.0f} | {compress:.0f} | {decode:.0f} | "
-                   f"{prefill + compress + decode:.0f} |")
+        out.append(f"| {task} | {len(group)}{f' ({len(runs)} runs)' if len(runs) > 1 else ''} | {prefill:.0f} | "
+                   f"{compress:.0f} | {decode:.0f} | {prefill + compress + decode:.0f} |")
     return out + [""]
+
+
+def by_run(group: list[dict]) -> list[list[dict]]:
+    """The group's cells split by the run that computed them: a run writes its cells within seconds of each other
+    at the group's end, so cells written more than RUN_GAP_S apart came from different runs (e.g. dense in an
+    earlier run). Each run had its own shared prefill: taking one minimum over every run's cells booked the
+    difference between the runs' prefills as compression."""
+    group = sorted(group, key=lambda c: c.get("meta", {}).get("created_utc", ""))
+    runs, last = [], None
+    for cell in group:
+        created = cell.get("meta", {}).get("created_utc")
+        at = datetime.fromisoformat(created).timestamp() if created else None
+        if not runs or at is None or last is None or at - last > RUN_GAP_S:
+            runs.append([])
+        runs[-1].append(cell)
+        last = at
+    return runs
 
 
 def main():
