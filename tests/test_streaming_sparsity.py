@@ -239,7 +239,7 @@ def tiny_sweep(tmp_path, tiny_corpus, **changes) -> Path:
 
 def sweep(capsys, *argv):
     code, out, err = run(["sweep", *argv], capsys)
-    assert code in (0, None), err
+    assert code in (0, None), f"exit {code}\n--- stdout\n{out[-3000:]}\n--- stderr\n{err[-3000:]}"
     return out
 
 

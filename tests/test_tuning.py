@@ -1,15 +1,22 @@
-"""`lightning_bench tune`: spaces from the declarations, one-line errors before anything loads, and one real
-search on a local Ray (2 CPUs) over a tiny model: no worse than the defaults, cached, shown, resumed without
-redoing trials, its rows disjoint from downstream's, its configs used by `downstream --tuned_configs`."""
+"""`lightning_bench tune`: spaces from the declarations, one-line errors before anything loads, and real
+searches on a local Ray (2 CPUs) over a tiny model: the best trial cached (a planted better point found), shown,
+a search killed mid-way resumed without redoing its finished trials, its rows disjoint from downstream's, its
+configs used by `downstream --tuned_configs` serially, as shards and on Ray workers alike."""
 
 import json
+import os
+import signal
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from lightning_bench.experiments.tuning.space import Target, searched, targets, violation
 from lightning_bench.sparsity.masking.stack import MaskerStack
 from tests.test_cli import run
+from tests.test_downstream_driver import _args
+from tests.test_executors import stable
 from tests.test_experiment_safety import one_error_line
 
 
@@ -72,59 +79,106 @@ def test_tune_without_ray_names_the_extra(tmp_path, capsys, monkeypatch):
 
 # ---- a real search on Ray ----------------------------------------------------------------------------------
 def _entry(name: str) -> dict:
-    from pathlib import Path
-
     return json.loads(next(Path("tuned").glob(f"*__{name}.json")).read_text())
 
 
-@pytest.mark.shared_data
-def test_search_cache_show_resume_and_downstream(tiny_hf, shared_data, ray_local, tmp_path, capsys):
+def _trials(name: str):
     import pandas
 
+    return pandas.read_csv(next(Path("tuned").glob(f"*__{name}.trials.csv")))
+
+
+def _best_of(trials, rows: int) -> float:
+    """The smallest objective among the valid trials that evaluated every tuning row (the ones that can be best)."""
+    return trials[(trials["valid"] == True) & (trials["rows"] >= rows)]["objective"].min()  # noqa: E712
+
+
+@pytest.mark.shared_data
+def test_search_cache_show_and_the_tuned_matrix_on_every_executor(tiny_hf, shared_data, ray_local, tmp_path, capsys,
+                                                                  monkeypatch):
     code, out, err = run(_tune(tiny_hf, shared_data, "--methods", "h2o", "--num_samples", "3"), capsys)
     assert code == 0, err
-    entry = _entry("h2o__global")
-    trials = pandas.read_csv(next(tmp_path.glob("tuned/*__h2o__global.trials.csv")))
-    default = trials[trials["config/recent_ratio"] == 0.5]  # the declared default, evaluated first
-    assert entry["status"] == "done" and len(trials) == 3 and len(default) == 1
-    assert entry["objective"] <= default["objective"].iloc[0]  # no worse than the default on its objective
+    entry, trials = _entry("h2o__global"), _trials("h2o__global")
+    assert entry["status"] == "done" and len(trials) == 3 and entry["trials"] == 3
+    assert len(trials[trials["config/recent_ratio"] == 0.5]) == 1  # the declared default, evaluated once
+    assert entry["objective"] == pytest.approx(_best_of(trials, 2))  # the best trial's, not the first one's
     assert set(trials["model_loads"]) == {1}  # one load per worker process, reused by its later trials
     assert entry["tuning_rows"]["xsum"] == ["2", "3"] and entry["evaluation_rows"] == 2
 
     code, out, _ = run(["tune", "show", "tuned"], capsys)
     assert code == 0 and "h2o__global  done  combined_score" in out and "recent_ratio=" in out
 
-    # killed after its trials finished but before its entry: the rerun restores Ray Tune's experiment and runs
-    # none of them again (the same trials, the same results)
-    next(tmp_path.glob("tuned/*__h2o__global.json")).unlink()
-    code, out, err = run(_tune(tiny_hf, shared_data, "--methods", "h2o", "--num_samples", "3"), capsys)
-    assert code == 0 and "resuming the search" in out, err
-    again = pandas.read_csv(next(tmp_path.glob("tuned/*__h2o__global.trials.csv")))
-    assert sorted(again["trial_id"]) == sorted(trials["trial_id"]) and list(again["timestamp"].sort_values()) == \
-        list(trials["timestamp"].sort_values())
-    assert _entry("h2o__global")["best"] == entry["best"]
-
-    code, out, err = run(["downstream", "--model.pretrained", str(tiny_hf), "--data_dir", str(shared_data),
-                          "--tasks", "xsum", "--methods", "h2o", "--max_samples", "2", "--max_new_tokens", "4",
-                          "--max_length", "192", "--tuned_configs", "tuned", "--results_dir", "r", "--name", "t"],
-                         capsys)
-    assert code == 0, err
-    cell = json.loads((tmp_path / "r/t/t_results.json").read_text())["cells"]["xsum__h2o_s0.5_query_aware_seed1234"]
-    assert cell["method_params"]["recent_ratio"] == pytest.approx(entry["best"]["recent_ratio"])
-    evaluated = {s["id"] for s in cell["samples"]}
-    assert evaluated and not evaluated & set(entry["tuning_rows"]["xsum"])  # tuning never saw an evaluated row
+    # the matrix with the tuned configs: serially, as two shards, and on two Ray workers, the same results
+    grid = ["--tasks", "xsum", "--methods", "h2o", "--seeds", "1", "2", "--tuned_configs", str(tmp_path / "tuned")]
+    results = {}
+    for name, extra in (("serial", []), ("shard", ["--shard", "0/2"]), ("shard", ["--shard", "1/2"]),
+                        ("ray", ["--executor", "ray", "--ray.workers", "2"])):
+        (tmp_path / name).mkdir(exist_ok=True)
+        monkeypatch.chdir(tmp_path / name)
+        code, out, err = run(_args(tiny_hf, shared_data, "r", *grid, *extra), capsys)
+        assert code == 0, err
+        if Path("r/t/t_results.json").exists():
+            results[name] = json.loads(Path("r/t/t_results.json").read_text())
+    assert stable(results["shard"]) == stable(results["serial"]) == stable(results["ray"])
+    for cell in results["serial"]["cells"].values():
+        assert cell["method_params"]["recent_ratio"] == pytest.approx(entry["best"]["recent_ratio"])
+        evaluated = {s["id"] for s in cell["samples"]}
+        assert evaluated and not evaluated & set(entry["tuning_rows"]["xsum"])  # tuning never saw an evaluated row
 
 
 @pytest.mark.shared_data
-def test_per_task_mode_writes_one_entry_per_task(tiny_hf, shared_data, ray_local, capsys):
+def test_per_task_search_finds_a_planted_better_config_for_each_task(tiny_hf, shared_data, ray_local, capsys):
+    """Top-k over at least half the keys (the narrowed range) has less attention error than the declared 10%:
+    every point but the default is better, so a search that did not evaluate, compare or cache its trials
+    (or cached the first one) fails here."""
     stack = "{topk: 'sink:0.1,local:0.1,oracle_topk:0.1'}"
     code, _, err = run(_tune(tiny_hf, shared_data, "--tasks", "xsum", "cnn_dailymail", "--methods", "dense",
                              "--attention_sparsity", stack, "--mode", "per_task", "--num_samples", "2",
-                             "--search", "tpe", "--objective", "attention_error", "--asha", "false"), capsys)
+                             "--search", "tpe", "--objective", "attention_error", "--asha", "false",
+                             "--space", "{topk: {2.oracle_topk.heavy_size: {low: 0.5, high: 0.8}}}"), capsys)
     assert code == 0, err
     for task in ("xsum", "cnn_dailymail"):
-        entry = _entry(f"topk__{task}")
+        entry, trials = _entry(f"topk__{task}"), _trials(f"topk__{task}")
         assert entry["status"] == "done" and entry["tasks"] == [task] and set(entry["best"]) == {
             "0.sink.sink_size", "1.local.window_size", "2.oracle_topk.heavy_size"}
+        default = trials[trials["config/2.oracle_topk.heavy_size"] == 0.1]["objective"].iloc[0]
+        assert entry["best"]["2.oracle_topk.heavy_size"] >= 0.5 and entry["objective"] < default
+        assert entry["objective"] == pytest.approx(entry["figures"]["attention_error"])
     code, out, _ = run(["tune", "show", "tuned"], capsys)
     assert out.count("topk__") == 2
+
+
+def _experiment_trials(folder: Path) -> dict[str, str]:
+    """{trial id: status} in the newest experiment state Ray Tune wrote under `folder` ({} before the first)."""
+    states = sorted(folder.glob("ray/*/experiment_state-*.json"))
+    try:
+        trials = json.loads(states[-1].read_text())["trial_data"] if states else []
+    except (json.JSONDecodeError, OSError):  # caught mid-write: read it again next time
+        return {}
+    return {t["trial_id"]: t["status"] for t in (json.loads(item[0]) for item in trials)}
+
+
+@pytest.mark.shared_data
+def test_a_search_killed_mid_way_resumes_without_redoing_finished_trials(tiny_hf, shared_data, ray_local, tmp_path,
+                                                                         capsys, cli_process, monkeypatch):
+    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "0")  # the search's state saved at every trial event
+    argv = _tune(tiny_hf, shared_data, "--methods", "h2o", "--num_samples", "6", "--max_concurrent_trials", "1",
+                 "--asha", "false", "--ray.address", ray_local.get_runtime_context().gcs_address)
+    search = cli_process(argv, tmp_path / "killed.log")
+    deadline = time.monotonic() + 300
+    while "TERMINATED" not in _experiment_trials(tmp_path / "tuned").values():
+        assert search.is_alive() and time.monotonic() < deadline, (tmp_path / "killed.log").read_text()[-3000:]
+        time.sleep(0.2)
+    os.kill(search.pid, signal.SIGKILL)  # the driver, mid-search: no entry, no trials table
+    search.join(timeout=60)
+    finished = {k for k, v in _experiment_trials(tmp_path / "tuned").items() if v == "TERMINATED"}
+    assert finished and len(finished) < 6 and not list(Path("tuned").glob("*.json"))
+    results = {t: (tmp_path / "tuned").glob(f"ray/*/trial_{t}_*/result.json") for t in finished}
+    before = {t: next(paths).read_text() for t, paths in results.items()}
+
+    code, out, err = run(argv, capsys)
+    assert code == 0 and "resuming the search" in out, err
+    trials = _trials("h2o__global")
+    assert len(trials) == 6 and finished <= set(trials["trial_id"]) and _entry("h2o__global")["status"] == "done"
+    for trial, text in before.items():  # a finished trial was not run again: its results are the same lines
+        assert next((tmp_path / "tuned").glob(f"ray/*/trial_{trial}_*/result.json")).read_text() == text
