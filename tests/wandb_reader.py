@@ -8,6 +8,7 @@ by the LevelDB log format: 32 KiB blocks of chunks [crc32c:4][length:2 LE][type:
 
 import json
 import struct
+import time
 
 BLOCK = 32 * 1024
 HEADER = 7
@@ -26,6 +27,8 @@ def read_records(path):
             continue
         _crc, length, kind = struct.unpack("<IHB", data[pos: pos + HEADER])
         payload = data[pos + HEADER: pos + HEADER + length]
+        if len(payload) < length:  # a chunk still being written: the records before it are whole
+            return
         pos += HEADER + length
         if kind == 0 and length == 0:
             continue
@@ -37,10 +40,21 @@ def read_records(path):
             pieces = b""
 
 
+def complete_records(path, timeout: float = 60.0) -> list:
+    """The run's records once its `exit` record (the last one wandb writes) is in the file: `finish()` can return
+    before wandb's service has flushed the rest (seen on a loaded machine), so read again until it has."""
+    deadline = time.monotonic() + timeout
+    while True:
+        records = list(read_records(path))
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.5)
+
+
 def config_history_summary(path):
-    """(config, history rows, summary) of an offline run's `.wandb` file."""
+    """(config, history rows, summary) of an offline run's `.wandb` file, once complete."""
     config, history, summary = {}, [], {}
-    for record in read_records(path):
+    for record in complete_records(path):
         kind = record.WhichOneof("record_type")
         if kind == "config":
             config.update({u.key: json.loads(u.value_json) for u in record.config.update})
