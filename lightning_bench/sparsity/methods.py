@@ -254,14 +254,9 @@ class KNorm(Method):
 class SnapKV(Method):
     name = "snapkv"
     window: int = param(32, "observation window: the last queries whose attention scores the keys", low=1)
-    kernel: int = param(7, "pooling width along the keys (odd)", low=1)
+    kernel: int = param(7, "pooling width along the keys (odd: centred on each key)", low=1, step=2)
     pooling: str = param("avg", "pooling along the keys: avg (the SnapKV reference code's default) or max",
                          choices=("avg", "max"))
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.kernel % 2 == 0:
-            raise ConfigError(f"snapkv parameter kernel must be a positive odd number, got {self.kernel}")
 
     @property
     def needs(self) -> Needs:

@@ -9,11 +9,12 @@ from dataclasses import field, fields, is_dataclass
 from lightning_bench.errors import ConfigError
 
 
-def param(default, description: str, *, low=None, high=None, choices=None):
+def param(default, description: str, *, low=None, high=None, choices=None, step=None):
     """A parameter: a dataclass field whose metadata says what it means and which values are valid (`low`/`high`
-    inclusive bounds, or `choices`), so the CLI, the records and a tuner read it from one place."""
+    inclusive bounds, or `choices`; an integer's `step` from `low`: step 2 from 1 = odd numbers), so the CLI, the
+    records and a tuner read it from one place (a tuner then proposes only valid values)."""
     return field(default=default, metadata={"description": description, "low": low, "high": high,
-                                            "choices": choices})
+                                            "choices": choices, "step": step})
 
 
 class Parameterised:
@@ -44,6 +45,10 @@ class Parameterised:
                 bounds = f"in [{low}, {high}]" if low is not None and high is not None else \
                     (f">= {low}" if low is not None else f"<= {high}")
                 raise ConfigError(f"{self.name} parameter {f.name} must be {bounds}, got {value}")
+            step = spec.get("step")
+            if step and (value - (low or 0)) % step:
+                which = "an odd number" if (step, (low or 0) % 2) == (2, 1) else f"{low or 0} + a multiple of {step}"
+                raise ConfigError(f"{self.name} parameter {f.name} must be {which}, got {value}")
 
     @classmethod
     def param_specs(cls) -> dict[str, dict]:

@@ -108,6 +108,11 @@ def searched(target: Target, overrides: Optional[dict] = None) -> dict[str, dict
             raise ConfigError(f"--space.{target.name}.{key}: [{low}, {high}] is not within the declared range "
                               f"[{spec['low']}, {spec['high']}]")
         integer = isinstance(spec["default"], int) and not isinstance(spec["default"], bool)
+        if integer and spec.get("step"):  # only the valid values (snapkv's odd kernels), not a range half refused
+            base = spec["low"] or 0
+            out[key] = {"default": spec["default"],
+                        "choices": [v for v in range(int(low), int(high) + 1) if (v - base) % spec["step"] == 0]}
+            continue
         out[key] = {"default": spec["default"], "low": int(low) if integer else float(low),
                     "high": int(high) if integer else float(high)}
     return out
