@@ -7,7 +7,9 @@ DEFAULT_CELLS and TUNED_CELLS are the `cells` folders of two runs of one grid, t
 each, their paired difference with its bootstrap 95% CI over the same examples (the library's
 `paired_difference`, so the CI is the one the downstream summary prints), the attention error and density
 of each (pooled over the rows, against full attention at the same step), the tuned parameters, and the
-search's best objective and trial count from the tuning cache entry where DIR is given.
+search's best objective and trial count from the tuning cache entry where DIR is given; then, with DIR, a row per
+search from its trials table: trials (valid ones, ones that ran every tuning row), the defaults' objective and
+score on the tuning rows beside the best's, and the trials' summed wall time.
 """
 
 import argparse
@@ -65,10 +67,31 @@ def main() -> None:
         search = f"{found['objective']:.4f}, {found['trials']}" \
             if found else "—"
         mean = lambda s: sum(s.values()) / len(s)  # noqa: E731
-        print(f"| {key[0]} | {key[1]} {key[3]:g} | {mean(ds):.1f} | {mean(ts):.1f} | {diff['mean_difference']:+.1f} "
+        label = f"{key[1]} {key[3]:g}" if key[3] else key[1]  # a stack's level is 0: its density is its own
+        print(f"| {key[0]} | {label} | {mean(ds):.1f} | {mean(ts):.1f} | {diff['mean_difference']:+.1f} "
               f"{ci} | {diff['n']} | {attention(d)} | {attention(t)} | "
               f"{', '.join(f'{k}={v:.4g}' if isinstance(v, float) else f'{k}={v}' for k, v in params.items()) or 'the defaults'}"
               f" | {search} |")
+    if args.tuned_configs:
+        searches(args.tuned_configs)
+
+
+def searches(tuned_dir) -> None:
+    import pandas
+
+    print("\n| config | task | trials (valid, all rows) | default: objective, score | best: objective, score | "
+          "trials' wall s |")
+    print("|---|---|---|---|---|---|")
+    for path in sorted(Path(tuned_dir).glob("*__*__*.json")):
+        found = json.loads(path.read_text())
+        trials = pandas.read_csv(path.with_suffix(".trials.csv"))
+        valid = trials[trials["valid"] == True]  # noqa: E712 - a pandas mask
+        full = valid[valid["rows"] >= found["search"]["tune_samples"]]
+        first = trials.iloc[0]  # the declared defaults: every search evaluates them first
+        best = full.loc[full["objective"].idxmin()] if len(full) else None
+        pair = lambda row: "—" if row is None else f"{row['objective']:.4f}, {100 * row['benchmark_score']:.1f}"  # noqa: E731
+        print(f"| {found['config']} | {', '.join(found['tasks'])} | {len(trials)} ({len(valid)}, {len(full)}) | "
+              f"{pair(first)} | {pair(best)} | {trials['time_total_s'].sum():.0f} |")
 
 
 if __name__ == "__main__":
