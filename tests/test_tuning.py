@@ -183,3 +183,18 @@ def test_per_task_search_killed_mid_way_resumes_and_finds_a_planted_better_confi
         assert entry["objective"] == pytest.approx(entry["figures"]["attention_error"])
     code, out, _ = run(["tune", "show", "tuned"], capsys)
     assert out.count("topk__") == 2
+
+
+def test_the_summary_names_the_parameters_each_task_ran():
+    """A matrix run with per-task tuned configs: one method, two parameter sets; the summary names both."""
+    from types import SimpleNamespace as Cell
+
+    from lightning_bench.experiments.downstream.report import _method_parameters
+
+    grid = [Cell(key="a", method="h2o", task="ruler/niah_single_2"), Cell(key="b", method="h2o", task="squad_v2"),
+            Cell(key="c", method="snapkv", task="squad_v2")]
+    records = {"a": {"method_params": {"recent_ratio": 0.5}}, "b": {"method_params": {"recent_ratio": 0.25}},
+               "c": {"method_params": {"window": 3, "kernel": 7, "pooling": "max"}}}
+    assert _method_parameters(grid, records) == (
+        "method parameters: h2o(recent_ratio=0.5) on ruler/niah_single_2; h2o(recent_ratio=0.25) on squad_v2; "
+        "snapkv(window=3, kernel=7, pooling=max)\n")

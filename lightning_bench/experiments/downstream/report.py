@@ -70,19 +70,26 @@ def _table(grid, records: dict, compared: dict) -> str:
 
 def _method_parameters(grid, records: dict) -> str:
     """One line naming every method's parameters as run (snapkv's window / kernel / pooling differ from
-    kvpress's 64 / 5 / avg, so a table states them)."""
+    kvpress's 64 / 5 / avg, so a table states them); a method run with other parameters on some tasks (configs
+    tuned per task) names each set with its tasks."""
     from lightning_bench.sparsity.methods import METHODS
 
-    shown = {}
+    shown: dict[str, dict[str, list]] = {}
     for cell in grid:
         described = records[cell.key].get("method_params") or {}
         if "maskers" in described:  # a masker stack: what it is
-            shown.setdefault(cell.method, f"{cell.method}[{described.get('slug')}]")
-            continue
-        params = [f"{p}={described[p]}" for p in METHODS[cell.method].param_specs() if p in described]
-        if params:
-            shown.setdefault(cell.method, f"{cell.method}({', '.join(params)})")
-    return f"method parameters: {'; '.join(shown.values())}\n" if shown else ""
+            text = f"{cell.method}[{described.get('slug')}]"
+        else:
+            params = [f"{p}={described[p]}" for p in METHODS[cell.method].param_specs() if p in described]
+            if not params:
+                continue
+            text = f"{cell.method}({', '.join(params)})"
+        tasks = shown.setdefault(cell.method, {}).setdefault(text, [])
+        if cell.task not in tasks:
+            tasks.append(cell.task)
+    parts = [text if len(sets) == 1 else f"{text} on {', '.join(tasks)}"
+             for sets in shown.values() for text, tasks in sets.items()]
+    return f"method parameters: {'; '.join(parts)}\n" if parts else ""
 
 
 def _attention(grid, records: dict) -> str:
