@@ -142,6 +142,9 @@ class SparsityOptions:
     """budget = ceil or floor((1 - ratio) * tokens seen); floor is int(), as kvpress"""
     rerotate: bool = False
     """re-rotate kept keys to contiguous RoPE positions"""
+    tuned_configs: Optional[str] = None
+    """a `lightning_bench tune` cache: the method's tuned parameters (the --task's entry, else the global one)
+    over --sparsity.method_params"""
 
 
 class TaskOption(argparse.Action):
@@ -324,6 +327,30 @@ class LightningBenchCLI(LightningCLI):
             check_output("--wandb_dir", cfg.wandb_dir)
         if cfg.attention_sparsity is not None:  # a bad stack is one line before the model loads
             self._check_attention_sparsity(cfg)
+        if cfg.sparsity is not None and cfg.sparsity.tuned_configs is not None:
+            self._apply_tuned_configs(cfg)
+
+    def _apply_tuned_configs(self, cfg) -> None:
+        """--sparsity.tuned_configs DIR: the method's cached best parameters, looked up as `downstream
+        --tuned_configs` does (the one --task's entry, else the global one, else the declared defaults with one
+        printed line), merged over --sparsity.method_params before anything loads."""
+        from lightning_bench.results.tuned_configs import GLOBAL, lookup
+
+        sp = cfg.sparsity
+        if sp.method is None or self.subcommand not in ("validate", "test"):
+            raise ConfigError("--sparsity.tuned_configs applies to validate/test with --sparsity METHOD (tuned masker "
+                              "stacks run through `lightning_bench downstream --tuned_configs`)")
+        if not Path(sp.tuned_configs).is_dir():
+            raise ConfigError(f"--sparsity.tuned_configs {sp.tuned_configs}: not a folder; give the --tuned_configs "
+                              "folder `lightning_bench tune` wrote")
+        pretrained = (cfg.model.get("init_args") or {}).get("pretrained") if cfg.get("model") else None
+        if pretrained is None:
+            raise ConfigError("--sparsity.tuned_configs: tuned entries are named by the model; give --model hf "
+                              "--model.pretrained DIR|HUB_ID")
+        tasks = list(cfg.get("task") or [])
+        entry = lookup(sp.tuned_configs, pretrained, sp.method, tasks[0] if len(tasks) == 1 else GLOBAL)
+        if entry is not None:
+            sp.method_params = {**(sp.method_params or {}), **entry["best"]}
 
     def _check_attention_sparsity(self, cfg) -> None:
         from lightning_bench.sparsity.masking import MaskerStack

@@ -128,6 +128,19 @@ def test_search_cache_show_and_the_tuned_matrix_on_every_executor(tiny_hf, share
         evaluated = {s["id"] for s in cell["samples"]}
         assert evaluated and not evaluated & set(entry["tuning_rows"]["xsum"])  # tuning never saw an evaluated row
 
+    # `test --task` with the same cache: the tuned method generates what the tuned downstream cell generated
+    code, out, err = run(["test", "--model", "hf", "--model.pretrained", str(tiny_hf), "--task", "xsum",
+                          "--data.data_dir", str(shared_data), "--data.max_samples", "2", "--data.max_new_tokens", "4",
+                          "--data.max_length", "192", "--sparsity", "h2o", "--sparsity.ratio", "0.5",
+                          "--sparsity.tuned_configs", str(tmp_path / "tuned"), "--results_dir", "tested",
+                          "--trainer.enable_progress_bar", "false", "--trainer.logger", "false"], capsys)
+    assert code in (0, None), err
+    rows = [json.loads(line) for line in next(Path("tested").glob("*.samples.jsonl")).read_text().splitlines()]
+    cell = results["serial"]["cells"]["xsum__h2o_s0.5_query_aware_seed1"]
+    assert [r["prediction"] for r in rows] == [s["prediction"] for s in cell["samples"]]
+    record = next(p for p in Path("tested").glob("*_downstream.json"))
+    assert f"{entry['best']['recent_ratio']}" in record.read_text()[:100000]  # the tuned parameter, recorded
+
 
 def _experiment_trials(folder: Path) -> dict[str, str]:
     """{trial id: status} in the experiment states Ray Tune wrote under `folder` ({} before the first)."""
@@ -189,12 +202,22 @@ def test_the_summary_names_the_parameters_each_task_ran():
     """A matrix run with per-task tuned configs: one method, two parameter sets; the summary names both."""
     from types import SimpleNamespace as Cell
 
-    from lightning_bench.experiments.downstream.report import _method_parameters
+    from lightning_bench.experiments.downstream.report import method_parameters
 
     grid = [Cell(key="a", method="h2o", task="ruler/niah_single_2"), Cell(key="b", method="h2o", task="squad_v2"),
             Cell(key="c", method="snapkv", task="squad_v2")]
     records = {"a": {"method_params": {"recent_ratio": 0.5}}, "b": {"method_params": {"recent_ratio": 0.25}},
                "c": {"method_params": {"window": 3, "kernel": 7, "pooling": "max"}}}
-    assert _method_parameters(grid, records) == (
+    assert method_parameters(grid, records) == (
         "method parameters: h2o(recent_ratio=0.5) on ruler/niah_single_2; h2o(recent_ratio=0.25) on squad_v2; "
         "snapkv(window=3, kernel=7, pooling=max)\n")
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--sparsity.tuned_configs", "nowhere", "--sparsity", "h2o"], "--sparsity.tuned_configs nowhere: not a folder"),
+    (["--sparsity.tuned_configs", "."], "applies to validate/test with --sparsity METHOD"),
+])
+def test_bad_test_tuned_configs_are_one_line(extra, message, tiny_hf, capsys):
+    code, _, err = run(["test", "--model", "hf", "--model.pretrained", str(tiny_hf), *extra], capsys)
+    line = one_error_line(code, err)
+    assert message in line, line

@@ -99,9 +99,13 @@ def main(argv: list[str], wandb_extras: Optional[Callable[[Any, Path], None]] = 
         """--tuned_configs: the method's parameters or the stack `tune` cached for the task (None: not asked)."""
         if cfg.tuned_configs is None or method == "dense":
             return None
-        from lightning_bench.experiments.tuning.cache import tuned_config
+        from lightning_bench.experiments.tuning.space import targets
+        from lightning_bench.results.tuned_configs import lookup
 
-        return tuned_config(cfg, method, task)
+        # the cached best over --method_params and the stack's own values (the declared defaults without one)
+        target = next(t for t in targets(cfg.methods, cfg.attention_sparsity, cfg.method_params) if t.name == method)
+        entry = lookup(cfg.tuned_configs, cfg.model.pretrained, method, task)
+        return target.build(entry["best"] if entry is not None else {})
 
     def params(cell) -> dict:
         if cell.method in cfg.attention_sparsity:  # the stack, so that another stack never reuses the cell

@@ -68,7 +68,7 @@ def _table(grid, records: dict, compared: dict) -> str:
     return "\n".join(lines)
 
 
-def _method_parameters(grid, records: dict) -> str:
+def method_parameters(grid, records: dict) -> str:
     """One line naming every method's parameters as run (snapkv's window / kernel / pooling differ from
     kvpress's 64 / 5 / avg, so a table states them); a method run with other parameters on some tasks (configs
     tuned per task) names each set with its tasks."""
@@ -120,7 +120,7 @@ def write_report(folder: Path, name: str, config: dict, meta: dict, grid, record
     text = (f"{name}: {config['model']['pretrained']}, {len(grid)} cells; score = each task's primary metric "
             f"(percent); kept = fraction of the compressed tokens kept by the first compression; diffs are paired "
             f"over the same examples (unit: one example; n = the examples paired)\n"
-            f"{_method_parameters(grid, records)}{_attention(grid, records)}{_weak_tasks(grid, records)}\n"
+            f"{method_parameters(grid, records)}{_attention(grid, records)}{_weak_tasks(grid, records)}\n"
             f"{_table(grid, records, compared)}\n")
     summary_path = write_text_atomic(folder / f"{name}_summary.txt", text)
     return results_path, summary_path

@@ -21,7 +21,7 @@ from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
 from lightning_bench.errors import PROG, ConfigError
 from lightning_bench.experiments.core.config import Fraction, parse_command
 from lightning_bench.experiments.downstream.config import DownstreamConfig
-from lightning_bench.experiments.tuning import cache
+from lightning_bench.results import tuned_configs as cache
 from lightning_bench.experiments.tuning.objective import OBJECTIVES
 
 COMMAND = "tune"

@@ -89,13 +89,3 @@ def show(argv: list[str]) -> int:
         print(f"{path.stem}  {entry.get('status')}  {entry.get('objective_name')} "
               f"{'-' if objective is None else f'{objective:.4g}'}  {best}")
     return 0
-
-
-def tuned_config(cfg, name: str, task: str):
-    """What `downstream --tuned_configs` runs for config `name` on `task`: an eviction method's parameters
-    (dict) or a stack (MaskerStack), the cached best over --method_params and the stack's own values."""
-    from lightning_bench.experiments.tuning.space import targets
-
-    target = next(t for t in targets(cfg.methods, cfg.attention_sparsity, cfg.method_params) if t.name == name)
-    entry = lookup(cfg.tuned_configs, cfg.model.pretrained, name, task)
-    return target.build(entry["best"] if entry is not None else {})
