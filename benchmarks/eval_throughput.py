@@ -39,8 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from lightning_bench.data import LMDataModule
-from lightning_bench.evaluation.token_nll import head_nll
-from lightning_bench.evaluation.windows import IGNORE_INDEX
+from lightning_bench.models.token_nll import IGNORE_INDEX, head_nll
 from lightning_bench.models import HFLanguageModel
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,7 @@ kvpress pins its own transformers, so this runs in its virtual environment with 
 (docs/sparsity.md, "Parity with kvpress"; `lightning_bench downstream` also needs scipy there); without
 kvpress it says so and exits 0. Everything runs in one process, on one CPU, fp32, sdpa.
 
-1. Rows: `--rows` RULER rows (`lightning_bench.data.ruler_generate`, offline; `--context` is RULER's length:
+1. Rows: `--rows` RULER rows (`lightning_bench.tasks.ruler.generate`, offline; `--context` is RULER's length:
    prompt + the task's tokens to generate), the tasks taken in turn, written as kvpress's unified rows
    (context, question, answer_prefix, answer, max_new_tokens).
 2. The grid, timed whole, model load INCLUDED on both sides (each side loads its own copy; kvpress's load
@@ -73,7 +73,7 @@ def presses(ratio: float) -> dict:
 
 # ---- rows ------------------------------------------------------------------------------------------------
 def ruler_rows(model_dir: str, n: int, context: int, max_new_tokens: int) -> list[dict]:
-    from lightning_bench.data.ruler_generate import generate_task
+    from lightning_bench.tasks.ruler.generate import generate_task
     from lightning_bench.data.tokenization import build_tokenizer
 
     tokenizer = build_tokenizer(model_dir)

@@ -104,7 +104,7 @@ def build_module(config: dict, model_dir: str):
 
 
 def numerics(config: dict, model_dir: str, n_batches: int) -> dict:
-    from lightning_bench.evaluation.windows import IGNORE_INDEX
+    from lightning_bench.models.token_nll import IGNORE_INDEX
     from lightning_bench.quantization import export_lowbit
     from lightning_bench.quantization.cpu_lowbit import use_bitsandbytes_kernels, use_cpu_kernels
 

@@ -1,5 +1,5 @@
 """Side by side with the `rouge` PyPI package (pltrdy 1.0.1), which LooGLE and LongBench score with: our
-re-implementation (lightning_bench/evaluation/long_context/rouge_package.py) on the same pairs.
+re-implementation (lightning_bench/tasks/longbench/rouge_package.py) on the same pairs.
 
     python -m venv /tmp/rouge_venv && /tmp/rouge_venv/bin/pip install rouge==1.0.1
     /tmp/rouge_venv/bin/python benchmarks/rouge_package_parity.py [--random 2000] [--loogle DIR]
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULE = ROOT / "lightning_bench/evaluation/long_context/rouge_package.py"
+MODULE = ROOT / "lightning_bench/tasks/longbench/rouge_package.py"
 
 
 def ours_module():

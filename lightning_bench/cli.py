@@ -23,7 +23,7 @@ def list_aliases(argv: list[str]) -> int:
 
     print("models: " + ", ".join(f"{k} ({v})" for k, v in sorted(MODEL_ALIASES.items())))
     print("data:   " + ", ".join(DATA_ALIASES))
-    from lightning_bench.data.tasks import BENCHMARKS
+    from lightning_bench.tasks import BENCHMARKS
 
     print("task:   " + ", ".join(BENCHMARKS) + ", or one task: glue/sst2, superglue/boolq, mmlu/anatomy, ...")
     return 0
@@ -48,8 +48,8 @@ EXTRA_COMMANDS: dict[str, str] = {
     "sweep": "lightning_bench.experiments.sweep:main",
     "downstream": "lightning_bench.cli:downstream",
     "tune": "lightning_bench.experiments.tuning.command:main",
-    "infinitebench_generate": "lightning_bench.data.infinitebench_generate:main",
-    "generate_ruler": "lightning_bench.data.ruler_generate:main",
+    "infinitebench_generate": "lightning_bench.tasks.infinitebench.generate:main",
+    "generate_ruler": "lightning_bench.tasks.ruler.generate:main",
     "export_documents": "lightning_bench.data.export_documents:main",
     "results": "lightning_bench.reports.results_table:main",
     "report": "lightning_bench.reports.report:main",

@@ -154,8 +154,8 @@ class TaskOption(argparse.Action):
     `--ckpt_path` and `--data.protocol` are known wherever they stand."""
 
     def __call__(self, parser, cfg, value, option_string=None):
-        from lightning_bench.data.downstream.protocol import PROTOCOL_CLASSES
-        from lightning_bench.data.tasks import expand_tasks
+        from lightning_bench.tasks.datamodules.protocol import PROTOCOL_CLASSES
+        from lightning_bench.tasks import expand_tasks
 
         tasks = [*(cfg.get(self.dest) or []), value]
         expand_tasks(",".join(tasks))  # unknown names fail here, in one line, before anything loads
@@ -192,7 +192,7 @@ class LightningBenchCLI(LightningCLI):
         parser.task_protocol = self._expected_task_protocol(subcommand)
         if any(a == "--task" or a.startswith("--task=") for a in self.argv):
             # the task DataModule is the default, so --data.* options before `--task` are that class's too
-            from lightning_bench.data.downstream.protocol import PROTOCOL_CLASSES
+            from lightning_bench.tasks.datamodules.protocol import PROTOCOL_CLASSES
 
             parser.set_defaults({"data": {"class_path": PROTOCOL_CLASSES[parser.task_protocol]}})
         return parser
@@ -202,7 +202,7 @@ class LightningBenchCLI(LightningCLI):
         fine-tuned `--ckpt_path` makes `test --task` the finetune protocol, whose options (e.g.
         --data.val_fraction) must parse. A checkpoint that cannot be read is refused, in one line, by
         `_settle_task_protocol` after parsing; here it falls back to the command's default."""
-        from lightning_bench.data.downstream.protocol import choose_protocol
+        from lightning_bench.tasks.datamodules.protocol import choose_protocol
 
         if not self.argv or subcommand != self.argv[0]:  # LightningCLI builds every subcommand's parser:
             return "finetune" if subcommand == "fit" else "prompted"  # read the checkpoint for the one typed
@@ -220,10 +220,10 @@ class LightningBenchCLI(LightningCLI):
             self._settle_task_protocol(self.config.subcommand)
 
     def _settle_task_protocol(self, subcommand: str) -> None:
-        """`--task`'s DataModule is the protocol's (data/downstream/protocol.py), chosen from the command,
+        """`--task`'s DataModule is the protocol's (tasks/datamodules/protocol.py), chosen from the command,
         `--ckpt_path` and `--data.protocol`; a --config's data class gives way to it, its same-named
         options carried over by jsonargparse."""
-        from lightning_bench.data.downstream.protocol import PROTOCOL_CLASSES, choose_protocol
+        from lightning_bench.tasks.datamodules.protocol import PROTOCOL_CLASSES, choose_protocol
 
         cfg = self.config[subcommand]
         if not cfg.get("task"):
@@ -541,7 +541,7 @@ class LightningBenchCLI(LightningCLI):
 
     @property
     def _downstream(self) -> bool:
-        from lightning_bench.data.downstream import TaskDataModule
+        from lightning_bench.tasks.datamodules import TaskDataModule
 
         return isinstance(self.datamodule, TaskDataModule)
 

@@ -45,7 +45,7 @@ def _plain(value):
 
 def task_rows(name: str, shared: Path) -> tuple[list[dict], str]:
     """(the first two eval rows of `name`, where they came from)."""
-    from lightning_bench.data.tasks import TASKS, load_rows
+    from lightning_bench.tasks import TASKS, load_rows
     from lightning_bench.errors import ConfigError
 
     for folder in DATA_DIRS:
@@ -85,10 +85,10 @@ def _outputs(requests) -> list[dict]:
 
 
 def render(name: str, shared: Path) -> dict:
-    from lightning_bench.data.downstream.prompted import Request
-    from lightning_bench.data.tasks import TASKS
-    from lightning_bench.data.tasks.requests import build_request, render_generation
-    from lightning_bench.evaluation.task_scoring import score_prompted
+    from lightning_bench.tasks.datamodules.prompted import Request
+    from lightning_bench.tasks import TASKS
+    from lightning_bench.tasks.prompts import build_request, render_generation
+    from lightning_bench.tasks.scoring import score_prompted
 
     definition = TASKS[name]
     rows, source = task_rows(name, shared)
@@ -106,7 +106,7 @@ def render(name: str, shared: Path) -> dict:
 
 
 def digests(shared: Path) -> dict[str, str]:
-    from lightning_bench.data.tasks import TASKS
+    from lightning_bench.tasks import TASKS
 
     return {name: hashlib.sha256(json.dumps(render(name, shared), sort_keys=True, ensure_ascii=False)
                                  .encode()).hexdigest() for name in TASKS}

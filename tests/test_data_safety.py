@@ -9,10 +9,11 @@ import io
 import pytest
 import torch
 
-from lightning_bench.data import LMDataModule, PromptedDataModule
+from lightning_bench.data import LMDataModule
+from lightning_bench.tasks.datamodules import PromptedDataModule
 from lightning_bench.data.export_documents import main as export_main
-from lightning_bench.data.infinitebench_generate import main as infinitebench_main
-from lightning_bench.data.ruler_generate import main as ruler_main
+from lightning_bench.tasks.infinitebench.generate import main as infinitebench_main
+from lightning_bench.tasks.ruler.generate import main as ruler_main
 from lightning_bench.data.tokenization import offline_gpt2_folder
 from lightning_bench.errors import ConfigError
 from tests.helpers import tiny_data

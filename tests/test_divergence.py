@@ -85,8 +85,8 @@ class NaNLogits(torch.nn.Module):
 
 @pytest.mark.parametrize("kind", ["loglikelihood", "next_token"])
 def test_nan_logits_stop_prompted_scoring(kind):
-    from lightning_bench.data.downstream.requests import EncodedRequest, collate
-    from lightning_bench.evaluation.prompted import score_batch
+    from lightning_bench.tasks.datamodules.encoding import EncodedRequest, collate
+    from lightning_bench.evaluation.request_scoring import score_batch
 
     if kind == "next_token":
         row = EncodedRequest("next_token", 0, [1, 2, 4], choice_tokens=[5, 6])

@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from lightning_bench.data.tokenization import build_tokenizer
-from lightning_bench.data.downstream import requests
-from lightning_bench.evaluation import prompted
+from lightning_bench.tasks.datamodules import encoding as requests
+from lightning_bench.evaluation import request_scoring as prompted
 from lightning_bench.models import HFLanguageModel
 from tests.conftest import FIXTURES
 from tests.test_cli import run
@@ -132,8 +132,8 @@ def test_cli_prompted_record_matches_scores_by_hand(tiny_hf, tiny_module, gpt2, 
                (tmp_path / "benchmark_results" / f"{stem}_downstream.samples.jsonl").read_text().splitlines()]
     assert all(1 <= s["generated_tokens"] <= 4 for s in samples if s["task"] == "squad_v2")
     first = next(s for s in samples if s["task"] == "glue/sst2")
-    from lightning_bench.data.tasks import load_rows
-    from lightning_bench.data.tasks.requests import build_request
+    from lightning_bench.tasks import load_rows
+    from lightning_bench.tasks.prompts import build_request
 
     row = load_rows("glue/sst2", "eval", data_dir=str(TASK_DATA))[0]
     request = build_request("glue/sst2", row)

@@ -259,7 +259,7 @@ def test_quick_test_preset_on_smollm2_slice(smollm2_dir, shared_data, tmp_path, 
 def test_every_generation_task_has_a_headline_metric():
     """Each task `downstream` can run names the per-example figure it pairs across methods, so no suite
     fails after its examples were generated."""
-    from lightning_bench.data.tasks.registry import TASKS
+    from lightning_bench.tasks.registry import TASKS
     from lightning_bench.experiments.downstream.scoring import primary_metric
 
     generated = [name for name, t in TASKS.items() if t.output_type == "generate_until"]
@@ -311,7 +311,7 @@ def test_a_changed_template_is_part_of_the_cells_fingerprint(tiny_hf, shared_dat
 def test_long_context_tasks_default_to_the_model_window():
     """Without --max_length / --max_context a long-context suite gets the model's whole window (a 4k RULER
     set must not lose its middle to the 2048 default), other tasks the 2048 cap as before."""
-    from lightning_bench.data.tasks import default_max_length
+    from lightning_bench.tasks import default_max_length
 
     assert default_max_length(["xsum"], 8192) == 2048
     assert default_max_length(["xsum"], 1024) == 1024

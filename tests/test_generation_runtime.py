@@ -1,16 +1,16 @@
-"""Generation for the generative tasks (evaluation/prompted.py, data/downstream/prompted.py): seeded
+"""Generation for the generative tasks (evaluation/request_scoring.py, tasks/datamodules/prompted.py): seeded
 sampling with nucleus filtering, multi-character stop strings, a document cut from its middle (never
 the instruction or the question) and the chat template applied where a task asks for it."""
 
 import pytest
 import torch
 
-from lightning_bench.data.downstream.prompted import PromptedDataModule
+from lightning_bench.tasks.datamodules.prompted import PromptedDataModule
 from lightning_bench.errors import ConfigError
-from lightning_bench.data.downstream.requests import encode_generation
-from lightning_bench.data.tasks import get_task
-from lightning_bench.data.tasks.requests import Generation
-from lightning_bench.evaluation import prompted
+from lightning_bench.tasks.datamodules.encoding import encode_generation
+from lightning_bench.tasks import get_task
+from lightning_bench.tasks.prompts import Generation
+from lightning_bench.evaluation import request_scoring as prompted
 from lightning_bench.sparsity.sampling import sample_token
 from tests.test_downstream import KeepEverything, gpt2, tiny_module  # noqa: F401 (fixtures)
 

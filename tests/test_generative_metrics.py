@@ -9,16 +9,16 @@ import zipfile
 import pytest
 
 from lightning_bench.errors import ConfigError
-from lightning_bench.evaluation.bootstrap import mean_ci
-from lightning_bench.evaluation.code_metrics import (codebleu, fuzz_ratio, line_completion_metrics,
+from lightning_bench.tasks.bootstrap import mean_ci
+from lightning_bench.tasks.code.metrics import (codebleu, fuzz_ratio, line_completion_metrics,
                                                      line_completion_per_sample, line_completion_post_process,
                                                      pass_at_k, pass_at_k_metrics, smoothed_bleu4)
-from lightning_bench.evaluation.dst_metrics import (MULTIWOZ21_SLOTS, canonical_slot, dst_metrics, dst_per_turn,
+from lightning_bench.tasks.multiwoz.metrics import (MULTIWOZ21_SLOTS, canonical_slot, dst_metrics, dst_per_turn,
                                                     joint_goal_accuracy, normalize_value, parse_belief_state,
                                                     slot_accuracy)
-from lightning_bench.evaluation.open_qa_metrics import (exact_match, normalize_answer, open_qa_metrics,
+from lightning_bench.tasks.open_qa.metrics import (exact_match, normalize_answer, open_qa_metrics,
                                                         open_qa_per_sample, token_f1)
-from lightning_bench.evaluation.summarization_metrics import ROUGE_TYPES, rouge_metrics, rouge_per_sample
+from lightning_bench.tasks.summarization.metrics import ROUGE_TYPES, rouge_metrics, rouge_per_sample
 
 # ----------------------------------------------------------------------------------------------- bootstrap
 

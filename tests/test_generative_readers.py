@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from lightning_bench.data.tasks import TASKS, get_task, load_rows, local_layout
-from lightning_bench.data.tasks.formats import READERS
-from lightning_bench.data.tasks.formats.summarization import story
+from lightning_bench.tasks import TASKS, get_task, load_rows, local_layout
+from lightning_bench.tasks.registry import READERS
+from lightning_bench.tasks.summarization.reader import story
 from lightning_bench.errors import ConfigError, MissingData
 
 GEN = Path(__file__).resolve().parent / "fixtures" / "generative"

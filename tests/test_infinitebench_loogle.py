@@ -9,17 +9,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from lightning_bench.data.downstream.requests import split_prompt
-from lightning_bench.data.infinitebench_generate import depths_of, generate, main as generate_main, write_jsonl
-from lightning_bench.data.tasks import TASKS, check_definition, get_task, load_rows, local_layout
-from lightning_bench.data.tasks.formats import READERS
-from lightning_bench.data.tasks.requests import build_request, render_generation
+from lightning_bench.tasks.datamodules.encoding import split_prompt
+from lightning_bench.tasks.infinitebench.generate import depths_of, generate, main as generate_main, write_jsonl
+from lightning_bench.tasks import TASKS, check_definition, get_task, load_rows, local_layout
+from lightning_bench.tasks.registry import READERS
+from lightning_bench.tasks.prompts import build_request, render_generation
 from lightning_bench.errors import ConfigError, MissingData
-from lightning_bench.evaluation.generative_scoring import score_generative, task_means_entry
-from lightning_bench.evaluation.long_context import PRIMARY, SCORERS
-from lightning_bench.evaluation.long_context.infinitebench import score_one
-from lightning_bench.evaluation.long_context.loogle import bleu, cloze_counts, rouge_recall, sentence_bleu_one_order
-from lightning_bench.evaluation.task_metrics import KNOWN_METRICS
+from lightning_bench.tasks.generative_scoring import score_generative, task_means_entry
+from lightning_bench.tasks.registry import SCORERS
+from lightning_bench.tasks.infinitebench.scorer import score_one
+from lightning_bench.tasks.loogle.scorer import bleu, cloze_counts, rouge_recall, sentence_bleu_one_order
+from lightning_bench.tasks.official_metrics import KNOWN_METRICS
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "long_context"
 IB_TASKS = ("passkey", "number_string", "kv_retrieval", "longbook_qa_eng", "longbook_choice_eng", "longdialogue_qa_eng",
@@ -48,11 +48,11 @@ def test_every_definition_is_complete_and_renders_its_fixture_row(name):
     # En.Sum's prompt ends with the book, Math.Calc's with the expression
     assert question_follows or task.short_name in ("longbook_sum_eng", "math_calc")
     assert request.answers == tuple(row["answers"]) and request.stop == ()
-    assert task.generation.chat and task.metrics[0] in SCORERS and PRIMARY[task.metrics[0]] == "score"
+    assert task.generation.chat and task.scorer in SCORERS and task.headline == "score"
 
 
 def test_benchmarks_group_their_tasks_and_generation_limits_follow_the_scripts():
-    from lightning_bench.data.tasks import BENCHMARKS
+    from lightning_bench.tasks import BENCHMARKS
 
     assert BENCHMARKS["infinitebench"].tasks == tuple(f"infinitebench/{t}" for t in IB_TASKS)
     assert BENCHMARKS["loogle"].aggregation == BENCHMARKS["infinitebench"].aggregation == "task_means"
@@ -300,14 +300,14 @@ def test_generated_file_reads_back_and_scores(smollm2_dir, smollm2_tokenizer, tm
 
 @pytest.mark.smollm2
 def test_a_set_made_for_a_chat_model_fits_max_context_whole(smollm2_dir, smollm2_tokenizer, tmp_path):
-    from lightning_bench.data.downstream import PromptedDataModule
-    from lightning_bench.data.infinitebench_generate import write_sets
+    from lightning_bench.tasks.datamodules import PromptedDataModule
+    from lightning_bench.tasks.infinitebench.generate import write_sets
 
     write_sets("passkey", smollm2_tokenizer, tmp_path / "infinitebench", [4096], [0.5], seed=2)
     dm = PromptedDataModule(tasks="infinitebench/passkey", data_dir=str(tmp_path), max_context=4096)
     dm.tokenizer = smollm2_tokenizer
     (row,) = dm.rows("infinitebench/passkey", dm.eval_split("infinitebench/passkey"))
-    from lightning_bench.data.downstream.requests import split_prompt
+    from lightning_bench.tasks.datamodules.encoding import split_prompt
 
     prompt, cue = dm.render("infinitebench/passkey", build_request("infinitebench/passkey", row))
     assert prompt.startswith("<|im_start|>system")  # SmolLM2's chat template, as --chat_template auto applies it
@@ -400,7 +400,7 @@ def test_generator_command_errors_are_one_line(tmp_path, capsys):
 
 
 def test_max_context_reads_the_generated_set_of_that_length(generated):
-    from lightning_bench.data.downstream import PromptedDataModule
+    from lightning_bench.tasks.datamodules import PromptedDataModule
 
     task = "infinitebench/passkey"
     for max_context, split, path in ((None, "eval", "infinitebench/passkey_8192.first20.jsonl"),
@@ -419,7 +419,7 @@ def test_max_context_reads_the_generated_set_of_that_length(generated):
     assert "max_context 5000 has no infinitebench set;" in str(err.value) and "sets are 4096, 8192, 16384" in str(err.value)
     assert "\n" not in str(err.value)
     # the hub has no per-length sets: a split named by a length reads the task's one set, cut to the length
-    from lightning_bench.data.tasks.formats.long_context.infinitebench import hub_layout
+    from lightning_bench.tasks.infinitebench.reader import hub_layout
 
     assert hub_layout(get_task(task), "8192")["hub_splits"] == hub_layout(get_task(task), "test")["hub_splits"] == (
         "passkey",)

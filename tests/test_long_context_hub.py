@@ -7,7 +7,7 @@ import json
 import datasets
 import pytest
 
-from lightning_bench.data.tasks.rows import load_rows
+from lightning_bench.tasks.loading import load_rows
 from lightning_bench.errors import MissingData
 
 

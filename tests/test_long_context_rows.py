@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from lightning_bench.data.tasks import load_rows
+from lightning_bench.tasks import load_rows
 from lightning_bench.errors import ConfigError
-from lightning_bench.evaluation.generative_scoring import score_generative
-from lightning_bench.data.tasks import get_task
+from lightning_bench.tasks.generative_scoring import score_generative
+from lightning_bench.tasks import get_task
 from tests.test_cli import run
 
 FILLER = "The grass is green. The sky is blue. " * 40

@@ -9,15 +9,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from lightning_bench.data.tasks import get_task, load_rows
-from lightning_bench.data.tasks.definition import check_definition
-from lightning_bench.data.tasks.formats import READERS
-from lightning_bench.data.tasks.registry import BENCHMARKS, TASKS
-from lightning_bench.data.tasks.requests import build_request
+from lightning_bench.tasks import get_task, load_rows
+from lightning_bench.tasks.definition import check_definition
+from lightning_bench.tasks.registry import READERS
+from lightning_bench.tasks.registry import BENCHMARKS, TASKS
+from lightning_bench.tasks.prompts import build_request
 from lightning_bench.errors import ConfigError, MissingData
-from lightning_bench.evaluation.generative_scoring import score_generative, task_means_entry
-from lightning_bench.evaluation.long_context import longbench as lb
-from lightning_bench.evaluation.long_context import zeroscrolls as zs
+from lightning_bench.tasks.generative_scoring import score_generative, task_means_entry
+from lightning_bench.tasks.longbench import scorer as lb
+from lightning_bench.tasks.zeroscrolls import scorer as zs
 
 DATA = str(Path(__file__).parent / "fixtures" / "long_context")
 

@@ -1,6 +1,6 @@
 """LooGLE's ROUGE is the `rouge` package's (pltrdy/rouge, as LooGLE's automatic_metrics.py imports it), not
 rouge-score's: worked examples whose figures are derived by hand in the comments from that package's
-definition (evaluation/long_context/rouge_package.py), several where rouge-score gives another number; and
+definition (tasks/longbench/rouge_package.py), several where rouge-score gives another number; and
 the offline hub error, which must say which local file and format would do instead."""
 
 from types import SimpleNamespace
@@ -8,11 +8,11 @@ from types import SimpleNamespace
 import datasets
 import pytest
 
-from lightning_bench.data.tasks import get_task, load_rows
+from lightning_bench.tasks import get_task, load_rows
 from lightning_bench.errors import MissingData
-from lightning_bench.evaluation.generative_scoring import score_generative
-from lightning_bench.evaluation.long_context import rouge_package
-from lightning_bench.evaluation.long_context.loogle import rouge_recall
+from lightning_bench.tasks.generative_scoring import score_generative
+from lightning_bench.tasks.longbench import rouge_package
+from lightning_bench.tasks.loogle.scorer import rouge_recall
 
 
 # ---- ROUGE recall by hand ------------------------------------------------------------------------------

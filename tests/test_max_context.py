@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_bench.data.downstream import PromptedDataModule
+from lightning_bench.tasks.datamodules import PromptedDataModule
 from lightning_bench.errors import ConfigError
 from tests.test_cli import run
 

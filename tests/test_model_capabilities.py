@@ -12,8 +12,6 @@ from tests.helpers import tiny_model
 def test_the_packages_above_re_export_the_models_declarations():
     from lightning_bench import profiling, quantization
     from lightning_bench.data import windows as data_windows
-    from lightning_bench.evaluation import token_nll as evaluation_token_nll
-    from lightning_bench.evaluation import windows as evaluation_windows
     from lightning_bench.quantization import precision
 
     assert profiling.AnalyticFlops is capabilities.AnalyticFlops
@@ -23,9 +21,7 @@ def test_the_packages_above_re_export_the_models_declarations():
     assert quantization.QuantizableLayers is capabilities.QuantizableLayers
     assert quantization.ActivationRange is capabilities.ActivationRange
     assert precision.bf16_support is capabilities.bf16_support
-    assert evaluation_token_nll.head_nll is token_nll.head_nll
-    assert evaluation_token_nll.logits_nll is token_nll.logits_nll
-    assert evaluation_windows.IGNORE_INDEX == data_windows.IGNORE_INDEX == token_nll.IGNORE_INDEX == -100
+    assert data_windows.IGNORE_INDEX == token_nll.IGNORE_INDEX == -100
 
 
 def test_the_8bit_optimizer_is_the_one_passed_in():

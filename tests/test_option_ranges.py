@@ -17,7 +17,7 @@ from typing import Union, get_args, get_origin
 import pytest
 
 from lightning_bench.data import LMDataModule
-from lightning_bench.data.downstream import PROTOCOL_CLASSES
+from lightning_bench.tasks.datamodules import PROTOCOL_CLASSES
 from lightning_bench.errors import describe_range
 from lightning_bench.models import MODEL_ALIASES
 from tests.conftest import ROOT

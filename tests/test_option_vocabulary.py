@@ -6,7 +6,7 @@ import lightning.pytorch  # noqa: F401 - imported outside capsys: Lightning's lo
 import pytest
 import yaml
 
-from lightning_bench.data.downstream.protocol import PROTOCOL_CLASSES
+from lightning_bench.tasks.datamodules.protocol import PROTOCOL_CLASSES
 from tests.test_cli import run
 
 

@@ -98,7 +98,7 @@ def test_cycle_finder_sees_function_level_imports():
 
 # ---- package layers ------------------------------------------------------------------------------------
 # DESIGN.md "Layers": models at the bottom (adapters declaring capabilities); kv engine (sparsity), quantization,
-# profiling, metrics and tasks (evaluation, data) above them; the Lightning recipe (callbacks and records in
+# profiling, corpora (data), tasks (one folder per benchmark) and the evaluation loop above them; the Lightning recipe (callbacks and records in
 # results, console, checkpoints, trainer_cli) above those; experiment commands on top (cli dispatches them).
 # A module's unit is its top-level package (`lightning_bench.models.hf` -> "models") or top-level module
 # (`lightning_bench.trainer_cli` -> "trainer_cli"), except the helpers in BASE, which every layer may use.
@@ -109,16 +109,18 @@ BASE = frozenset({
     # so that stays free of lightning_bench imports too (base may import base only)
     "lightning_bench.results.io", "lightning_bench.results",
 })
-_MIDDLE = frozenset({"base", "models", "data", "profiling", "quantization", "evaluation", "sparsity"})
+_MIDDLE = frozenset({"base", "models", "data", "tasks", "profiling", "quantization", "evaluation", "sparsity"})
 _RECIPE = frozenset({"results", "console", "checkpoints", "trainer_cli"})
 # unit -> the units its modules may import (at any level, function-level imports included). Acyclic (checked).
 ALLOWED: dict[str, frozenset] = {
     "base": frozenset(),
     "models": frozenset({"base"}),  # what a model declares is in models/capabilities.py, for the others to read
     "data": frozenset({"base", "models"}),  # labels use the loss's IGNORE_INDEX (models/token_nll.py)
+    # the benchmark folders and their DataModules read corpora helpers (tokenizers, options, samplers) from data
+    "tasks": frozenset({"base", "models", "data"}),
     "profiling": frozenset({"base", "models"}),
     "quantization": frozenset({"base", "models"}),
-    "evaluation": frozenset({"base", "models", "data", "sparsity"}),  # tasks' definitions; decoding on the KV engine
+    "evaluation": frozenset({"base", "models", "data", "tasks", "sparsity"}),  # scoring tasks; decoding on the KV engine
     "sparsity": frozenset({"base", "models", "data"}),
     "checkpoints": frozenset({"base"}),
     "results": _MIDDLE,

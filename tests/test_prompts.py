@@ -1,5 +1,5 @@
 """Prompts built from the task definitions (lightning_bench/data/tasks/definitions/, assembled by
-data/tasks/requests.py): a request for a row of every task, gold indices, k-shot contexts, MMLU's
+tasks/prompts.py): a request for a row of every task, gold indices, k-shot contexts, MMLU's
 original format, versions, the fine-tuning text pairs, and every registered definition complete."""
 
 import re
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from lightning_bench.data.tasks import TASKS, check_definition, get_task, load_rows, local_layout
-from lightning_bench.data.tasks.formats.long_context import READERS as LONG_CONTEXT_READERS
+from lightning_bench.tasks import TASKS, check_definition, get_task, load_rows, local_layout
 from lightning_bench.errors import ConfigError
-from lightning_bench.data.tasks.requests import Generation, MultipleChoice, build_request, finetune_input, prompt_version
-from lightning_bench.evaluation.task_metrics import KNOWN_METRICS
+from lightning_bench.tasks.prompts import Generation, MultipleChoice, build_request, finetune_input, prompt_version
+from lightning_bench.tasks.official_metrics import KNOWN_METRICS
+from lightning_bench.tasks.registry import SUITES
 
 FINETUNE_NUM_LABELS = {name: t.finetune.num_labels for name, t in TASKS.items() if t.finetune is not None}
 
@@ -188,12 +188,15 @@ GENERATIVE_FORMATS = {"long_context_rows": "long_context_rows","cnn_dailymail": 
                       "codexglue_line_completion": "codexglue_line_completion", "humaneval": "humaneval"}
 
 
+LONG_CONTEXT_SCORERS = {family for suite in SUITES if suite.long_context for family in suite.scorers}
+
+
 @pytest.mark.parametrize("name", TASKS)
 def test_every_definition_is_complete_and_renders_a_fixture_row(name):
     task = TASKS[name]
     assert check_definition(task) == [] and set(task.metrics) <= KNOWN_METRICS
     assert task.splits.eval in local_layout(task)  # a local data folder can serve its eval split
-    if task.source.format in LONG_CONTEXT_READERS and task.source.format not in GENERATIVE_FORMATS:
+    if task.scorer in LONG_CONTEXT_SCORERS:
         return  # the suites' own test files render their rows (tests/test_ruler.py, ...)
     if task.source.format in GENERATIVE_FORMATS:
         row = GENERATIVE_ROWS[GENERATIVE_FORMATS[task.source.format]]

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lightning_bench.data.ruler_generate import SPECS, TASK_NAMES, generate_task, main, write_rows
-from lightning_bench.data.tasks import BENCHMARKS, check_definition, get_task, load_rows
-from lightning_bench.data.tasks.formats.long_context.ruler import READERS
+from lightning_bench.tasks.ruler.generate import SPECS, TASK_NAMES, generate_task, main, write_rows
+from lightning_bench.tasks import BENCHMARKS, check_definition, get_task, load_rows
+from lightning_bench.tasks.ruler.reader import READERS
 from lightning_bench.errors import ConfigError, MissingData
-from lightning_bench.evaluation.generative_scoring import score_generative
-from lightning_bench.evaluation.long_context.ruler import postprocess, string_match_all, string_match_part
+from lightning_bench.tasks.generative_scoring import score_generative
+from lightning_bench.tasks.ruler.scorer import postprocess, string_match_all, string_match_part
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ruler"
 FAMILY_TOKENS = {"niah": 128, "vt": 30, "cwe": 120, "fwe": 50, "qa": 32}
@@ -61,7 +61,7 @@ def test_thirteen_definitions_pass_check_definition():
     for name in group.tasks:
         task = get_task(name)
         assert check_definition(task) == [], name
-        assert task.benchmark == "ruler" and task.metrics[0] == "ruler" and task.source.format == "ruler"
+        assert task.benchmark == "ruler" and task.scorer == "ruler" and task.source.format == "ruler"
         gen = task.generation
         # the model's chat template where it has one (--chat_template auto), the row's answer prefix after it
         assert gen.document == "context" and gen.stop == () and gen.chat is True

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lightning_bench.data.tasks import TASKS, expand_tasks, get_task, load_rows, local_layout
-from lightning_bench.data.tasks.definitions.mmlu import MMLU_SUBJECTS
+from lightning_bench.tasks import TASKS, expand_tasks, get_task, load_rows, local_layout
+from lightning_bench.tasks.mmlu.definitions import MMLU_SUBJECTS
 from lightning_bench.errors import ConfigError
 
 TASK_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tasks"
@@ -260,9 +260,10 @@ def test_expand_tasks():
     assert len(expand_tasks("code")) == 6 + 2 + 1 and expand_tasks("code")[-1] == "humaneval"
     # GLUE, SuperGLUE, SQuAD x2, MMLU; summarization, open QA, MultiWOZ, CodeXGLUE x2 + HumanEval; the
     # long-context suites (tests/test_ruler.py, ... count theirs)
-    from lightning_bench.data.tasks.definitions import long_context
+    from lightning_bench.tasks.registry import SUITES
 
-    assert len(TASKS) - len(long_context.TASKS) == 9 + 8 + 2 + 2 + 57 + 3 + 3 + 2 + 6 + 2 + 1
+    long_context = [t for suite in SUITES if suite.long_context for t in suite.tasks]
+    assert len(TASKS) - len(long_context) == 9 + 8 + 2 + 2 + 57 + 3 + 3 + 2 + 6 + 2 + 1
 
 
 @pytest.mark.parametrize("spec,expected", [
@@ -282,9 +283,9 @@ def test_expand_tasks_errors(spec, expected):
 def test_registry():
     assert get_task("glue/mnli").source.hub_splits["validation"] == ("validation_matched", "validation_mismatched")
     assert local_layout(TASKS["glue/mrpc"])["note"].startswith("the official MRPC test file")
-    from lightning_bench.data.tasks.definitions import long_context
+    from lightning_bench.tasks.registry import SUITES
 
-    long = {t.name for t in long_context.TASKS}
+    long = {t.name for suite in SUITES if suite.long_context for t in suite.tasks}
     assert {(t.benchmark, t.source.hub_id) for t in TASKS.values() if t.name not in long} == {
         ("glue", "nyu-mll/glue"), ("superglue", "aps/super_glue"), ("squad", "rajpurkar/squad"),
         ("squad_v2", "rajpurkar/squad_v2"), ("mmlu", "cais/mmlu"), ("cnn_dailymail", "abisee/cnn_dailymail"),

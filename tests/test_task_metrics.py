@@ -10,11 +10,11 @@ import pytest
 from scipy import stats
 from sklearn import metrics as skm
 
-from lightning_bench.evaluation.glue_metrics import benchmark_average, task_score
-from lightning_bench.evaluation.mmlu_metrics import CATEGORY_KEY, MMLU_SUBJECTS, SUBJECT_CATEGORY, mmlu_metrics
-from lightning_bench.evaluation.task_metrics import (GLUE_METRICS, SUPERGLUE_METRICS, glue_task_metrics,
+from lightning_bench.tasks.classification_metrics import benchmark_average, task_score
+from lightning_bench.tasks.mmlu.metrics import CATEGORY_KEY, MMLU_SUBJECTS, SUBJECT_CATEGORY, mmlu_metrics
+from lightning_bench.tasks.official_metrics import (GLUE_METRICS, SUPERGLUE_METRICS, glue_task_metrics,
                                                      superglue_task_metrics)
-from lightning_bench.evaluation.squad_metrics import (
+from lightning_bench.tasks.squad.metrics import (
     exact_match_score,
     f1_score,
     normalize_answer,
@@ -416,7 +416,7 @@ def test_axg_accuracy_and_gender_parity_hand_worked():
 
 
 def test_diagnostics_are_scored_beside_the_superglue_average_not_in_it():
-    from lightning_bench.evaluation.task_scoring import aggregate
+    from lightning_bench.tasks.scoring import aggregate
 
     rte = {"accuracy": 0.75, "acc": 0.75, "acc_norm": 0.5}
     axb = {"mcc": 0.2, "acc": 0.6, "acc_norm": 0.6}
@@ -433,9 +433,9 @@ def test_diagnostics_are_scored_beside_the_superglue_average_not_in_it():
 def test_acc_norm_counts_the_choice_without_its_separator_like_the_harness():
     """lm-evaluation-harness: pred_norm = argmax(lls / completion_len), completion_len = len of each
     doc_to_choice string; the target_delimiter (" ") is joined on when the request is built, not counted."""
-    from lightning_bench.data.downstream.prompted import Request
-    from lightning_bench.data.tasks.requests import MultipleChoice
-    from lightning_bench.evaluation.task_scoring import choice_prediction, score_prompted
+    from lightning_bench.tasks.datamodules.prompted import Request
+    from lightning_bench.tasks.prompts import MultipleChoice
+    from lightning_bench.tasks.scoring import choice_prediction, score_prompted
 
     boolq = MultipleChoice("passage\nQuestion: q?\nAnswer:", (" no", " yes"), 1)
     # " no" -2.0, " yes" -2.9: acc picks no; per character of "no" / "yes": -2.0/2 = -1.0 < -2.9/3 = -0.967,

@@ -1,10 +1,10 @@
-"""The downstream protocol is decided in one place (data/downstream/protocol.py), from the command, the
+"""The downstream protocol is decided in one place (tasks/datamodules/protocol.py), from the command, the
 checkpoint and --data.protocol, and `--task` turns into the DataModule of that protocol."""
 
 import pytest
 import torch
 
-from lightning_bench.data.downstream.protocol import PROTOCOL_CLASSES, checkpoint_has_task_head, choose_protocol
+from lightning_bench.tasks.datamodules.protocol import PROTOCOL_CLASSES, checkpoint_has_task_head, choose_protocol
 from lightning_bench.errors import ConfigError
 from lightning_bench.trainer_cli import parsed_config
 
@@ -59,7 +59,7 @@ def test_unreadable_checkpoint_is_one_line(tmp_path):
 
 
 def test_the_protocols_datamodules(tmp_path):
-    from lightning_bench.data import FinetuneDataModule, PromptedDataModule
+    from lightning_bench.tasks.datamodules import FinetuneDataModule, PromptedDataModule
 
     assert not hasattr(PromptedDataModule(), "finetune_num_labels")  # no head is built for prompted scoring
     assert FinetuneDataModule("glue/stsb").finetune_num_labels == 1

@@ -1,7 +1,7 @@
-"""DataModules; DATA_ALIASES are the corpus names --data accepts; `--task` picks a task DataModule."""
+"""The language-model corpora: LMDataModule and DATA_ALIASES (the corpus names --data accepts). The
+downstream tasks' DataModules are lightning_bench.tasks.datamodules."""
 
-from lightning_bench.data.downstream import FinetuneDataModule, PromptedDataModule, TaskDataModule
 from lightning_bench.data.lm import LMDataModule
 from lightning_bench.data.sources import DATA_ALIASES
 
-__all__ = ["LMDataModule", "PromptedDataModule", "FinetuneDataModule", "TaskDataModule", "DATA_ALIASES"]
+__all__ = ["LMDataModule", "DATA_ALIASES"]

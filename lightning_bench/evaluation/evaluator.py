@@ -8,7 +8,7 @@ batches `evaluation/prompted.score_batch` scores) that keeps the eviction, if an
 (streaming logits of request rows, generation on the KV engine). Fine-tuned heads return their
 predictions from the model's own step. At the end of the test loop `TaskEvaluator.evaluate` turns what
 was collected into {benchmark: results} and per-sample rows, which results/downstream.py writes. The
-protocol is the DataModule's (`PromptedDataModule` or `FinetuneDataModule`, data/downstream/protocol.py).
+protocol is the DataModule's (`PromptedDataModule` or `FinetuneDataModule`, tasks/datamodules/protocol.py).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Optional
 
 import lightning as L
 
-from lightning_bench.data.downstream.requests import REQUEST_KINDS
-from lightning_bench.evaluation.prompted import module_logits, score_batch
-from lightning_bench.evaluation.task_scoring import score_finetuned, score_prompted
+from lightning_bench.tasks.datamodules.encoding import REQUEST_KINDS
+from lightning_bench.evaluation.request_scoring import module_logits, score_batch
+from lightning_bench.tasks.scoring import score_finetuned, score_prompted
 
 # how a prompted score was obtained, written beside it (records' protocol.scoring)
 SCORING_RULES = {

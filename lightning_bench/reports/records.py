@@ -114,12 +114,11 @@ def _task_scores(benchmark: str, entry: dict):
 
 
 def _headline(metrics: dict) -> str:
-    """The first of a task's figures that is a task's headline metric (experiments/downstream/scoring.py),
-    imported only here: it loads the task registry, which takes seconds."""
-    from lightning_bench.evaluation.long_context import PRIMARY as LONG_CONTEXT
-    from lightning_bench.experiments.downstream.scoring import PRIMARY
+    """The first of a task's figures that is some task's headline metric (TaskDefinition.headline), imported
+    only here: it loads the task registry, which takes seconds."""
+    from lightning_bench.tasks import TASKS
 
-    return next((k for k in metrics if k in {*PRIMARY.values(), *LONG_CONTEXT.values()}), "")
+    return next((k for k in metrics if k in {t.headline for t in TASKS.values() if t.headline}), "")
 
 
 def task_rows(record: dict, path: Path) -> list[Row]:

@@ -1,5 +1,5 @@
 """Choosing the next token and deciding when to stop: ONE rule for prompted generation
-(evaluation/prompted.py) and for the KV engine's schedules (task_decode.py), and one seed rule.
+(evaluation/request_scoring.py) and for the KV engine's schedules (task_decode.py), and one seed rule.
 
 Greedy (temperature 0) or nucleus sampling (Holtzman et al. 2020) from a torch.Generator; a generation
 stops at a token of `stop_ids` (kept in the tokens), once the decoded new text holds one of

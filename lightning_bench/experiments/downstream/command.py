@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from lightning_bench.errors import PROG
-from lightning_bench.data.tasks import get_task
+from lightning_bench.tasks import get_task
 from lightning_bench.experiments.core.config import check_name, parse_command
 from lightning_bench.experiments.core.runner import Work, device_of, run_grid, sayer
 from lightning_bench.experiments.core.store import CellStore

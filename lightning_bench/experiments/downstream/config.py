@@ -108,7 +108,7 @@ class DownstreamConfig(Execution):
                                   "seed": Renamed("seeds", lambda seed: [seed], type=Seed)}
 
     def __post_init__(self):
-        from lightning_bench.data.tasks.registry import expand_tasks
+        from lightning_bench.tasks.registry import expand_tasks
         from lightning_bench.sparsity import make_method
 
         super().__post_init__()

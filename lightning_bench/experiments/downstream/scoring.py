@@ -1,9 +1,9 @@
 """Scores of one downstream cell, and the paired comparisons between cells.
 
-The figures are the task's own (evaluation/generative_scoring.py, the metrics `lightning_bench test
+The figures are the task's own (tasks/generative_scoring.py, the metrics `lightning_bench test
 --task` writes); SQuAD's are the official per-question EM/F1 (max over the gold answers; an unanswerable
-question is right when the answer is empty). Each task has one headline metric (`PRIMARY`): what the
-summary table, the retention score/dense and the paired bootstrap intervals use.
+question is right when the answer is empty). Each task has one headline metric (its definition's
+`headline`): what the summary table, the retention score/dense and the paired bootstrap intervals use.
 """
 
 from __future__ import annotations
@@ -11,16 +11,12 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from lightning_bench.data.tasks import get_task
-from lightning_bench.errors import ConfigError
-from lightning_bench.evaluation import squad_metrics
-from lightning_bench.evaluation.bootstrap import figures
-from lightning_bench.evaluation.generative_scoring import is_generative, score_generative
-from lightning_bench.evaluation.task_scoring import generation_prediction
+from lightning_bench.tasks import get_task
+from lightning_bench.tasks.squad import metrics as squad_metrics
+from lightning_bench.tasks.bootstrap import figures
+from lightning_bench.tasks.generative_scoring import is_generative, score_generative
+from lightning_bench.tasks.scoring import generation_prediction
 
-PRIMARY = {"rouge": "rougeL", "open_qa_nq": "f1", "open_qa_triviaqa": "f1", "dst": "joint_goal_accuracy",
-           "smoothed_bleu4": "smoothed_bleu4", "line_completion": "edit_similarity", "pass_at_k": "pass@1",
-           "squad_v1": "f1", "squad_v2": "f1"}
 PAIRED_METHOD = ("paired percentile bootstrap of the mean difference (cell - reference), scipy.stats.bootstrap "
                  "paired=True, 1000 resamples, seed 0; unit of observation: one task example (the same "
                  "examples in both cells; for HumanEval one problem's pass@1 estimate, for MultiWOZ one turn)")
@@ -28,14 +24,7 @@ PAIRED_METHOD = ("paired percentile bootstrap of the mean difference (cell - ref
 
 def primary_metric(task: str) -> str:
     """The per-example figure of `task` the summary, the retention and the paired intervals use."""
-    from lightning_bench.evaluation.long_context import PRIMARY as LONG_CONTEXT
-
-    family = get_task(task).metrics[0]
-    key = PRIMARY.get(family) or LONG_CONTEXT.get(family)
-    if key is None:  # a new metric family without a headline: say so before any example is generated
-        raise ConfigError(f"{task}: its metric family {family!r} has no headline metric for `downstream`; add it "
-                          "to PRIMARY (experiments/downstream/scoring.py or its suite's evaluation module)")
-    return key
+    return get_task(task).headline  # every generate_until definition names one (check_definition)
 
 
 def predictions(request, texts: list[str], tokens: list[int]) -> dict:

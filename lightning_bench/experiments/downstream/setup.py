@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import torch
 
-from lightning_bench.data.downstream.prompted import PromptedDataModule, Request, check_window
-from lightning_bench.data.tasks import default_max_length, get_task
-from lightning_bench.data.tasks.requests import Generation
+from lightning_bench.tasks.datamodules.prompted import PromptedDataModule, Request, check_window
+from lightning_bench.tasks import default_max_length, get_task
+from lightning_bench.tasks.prompts import Generation
 from lightning_bench.errors import ConfigError
-from lightning_bench.data.downstream.requests import split_prompt
+from lightning_bench.tasks.datamodules.encoding import split_prompt
 from lightning_bench.experiments.downstream.config import DownstreamConfig
 from lightning_bench.experiments.downstream.scoring import primary_metric
 
