@@ -1,4 +1,4 @@
-"""The long-context suites' hub path (rows.py `_from_hub`), with `datasets.load_dataset` replaced by a stand-in
+"""The long-context suites' hub path (loading.py `_from_hub`), with `datasets.load_dataset` replaced by a stand-in
 that records its arguments and returns small in-memory `datasets.Dataset`s (the hub is not reachable here):
 RULER's mixed-task sets (a config per length) and InfiniteBench's per-task files read with explicit features."""
 

@@ -1,4 +1,4 @@
-"""Prompts built from the task definitions (lightning_bench/data/tasks/definitions/, assembled by
+"""Prompts built from the task definitions (lightning_bench/tasks/<benchmark>/definitions.py, assembled by
 tasks/prompts.py): a request for a row of every task, gold indices, k-shot contexts, MMLU's
 original format, versions, the fine-tuning text pairs, and every registered definition complete."""
 

@@ -1,4 +1,4 @@
-"""Downstream-task readers (lightning_bench/data/tasks): every format on a tiny hand-written fixture,
+"""Downstream-task readers (lightning_bench/tasks): every format on a tiny hand-written fixture,
 the errors, expand_tasks, the hub path (with a stand-in `datasets`), and the real ../shared/data files."""
 
 import json

@@ -1,4 +1,4 @@
-"""Downstream-task metrics: GLUE/SuperGLUE (glue_metrics), SQuAD v1.1/v2.0 (squad_metrics), MMLU (mmlu_metrics).
+"""Downstream-task metrics: GLUE/SuperGLUE (tasks/classification_metrics.py), SQuAD v1.1/v2.0 (tasks/squad/metrics.py), MMLU (tasks/mmlu/metrics.py).
 
 Hand-worked cases carry their arithmetic in comments; random cases compare with scikit-learn / scipy.
 """

@@ -4,7 +4,7 @@ The training recipe (LanguageModule), the scoring of requests and the KV engine 
 module's evaluation steps ask its `evaluation` attribute (None = its own forward), which callbacks set for
 a stage: the SparsityCallback its KV eviction (sparsity StreamingEviction: the streaming logits of LM
 windows), the TaskEvaluator an `Evaluation` of the prompted requests (the PromptedDataModule, whose
-batches `evaluation/prompted.score_batch` scores) that keeps the eviction, if any, as its `kv`
+batches `evaluation/request_scoring.score_batch` scores) that keeps the eviction, if any, as its `kv`
 (streaming logits of request rows, generation on the KV engine). Fine-tuned heads return their
 predictions from the model's own step. At the end of the test loop `TaskEvaluator.evaluate` turns what
 was collected into {benchmark: results} and per-sample rows, which results/downstream.py writes. The

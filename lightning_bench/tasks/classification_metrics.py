@@ -1,7 +1,7 @@
 """GLUE and SuperGLUE metrics and benchmark scores, as pure functions of predictions and labels.
 
 Each function is one metric; which task reports which metric is the task's definition
-(data/tasks/definitions/), applied by tasks/official_metrics.py.
+(tasks/glue/definitions.py, tasks/superglue/definitions.py), applied by tasks/official_metrics.py.
 
 Metrics per task follow the GLUE paper (Wang et al., 2019, ICLR; Table 4 and Sec. 3.4) and the
 SuperGLUE paper (Wang et al., 2019, NeurIPS; Table 1 and Sec. 3.3):

@@ -1,6 +1,6 @@
 """A task's official metrics, as its definition lists them (`TaskDefinition.metrics`).
 
-The metric functions are pure (glue_metrics.py, squad_metrics.py); this module applies the ones a
+The metric functions are pure (classification_metrics.py, squad/metrics.py); this module applies the ones a
 task names to its predictions. Classification tasks (label names in their source) take class indices;
 STS-B takes float scores (Pearson, Spearman); ReCoRD takes answer strings and lists of gold strings;
 SQuAD takes answer strings keyed by question id (the official scripts' figures, percent).

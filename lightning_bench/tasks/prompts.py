@@ -5,7 +5,7 @@ Multiple-choice tasks become a loglikelihood request: score each continuation (e
 space) after the context. `generate_until` tasks become a greedy generation cut at a stop string.
 A k-shot context is the task's description line (MMLU, SQuAD v2) + "\\n\\n", then every shot with its
 gold continuation + "\\n\\n", then the query without answer. The templates themselves are part of each
-task's definition (lightning_bench/data/tasks/definitions/), versioned there.
+task's definition (lightning_bench/tasks/<benchmark>/definitions.py), versioned there.
 """
 
 from __future__ import annotations

@@ -45,8 +45,8 @@ def _argmax(values):
     return max(range(len(values)), key=values.__getitem__)
 
 
-# What joins a choice to its context: the leading space of every template's choices (data/tasks/
-# definitions/common.py), which acc_norm does not count; ReCoRD's choices are bullets ("  - ...") joined
+# What joins a choice to its context: the leading space of every template's choices (tasks/
+# choice_prompts.py), which acc_norm does not count; ReCoRD's choices are bullets ("  - ...") joined
 # with nothing, as in the harness's record task (target_delimiter "").
 SEPARATOR = " "
 SEPARATORS = {"superglue/record": ""}

@@ -23,7 +23,7 @@ class TaskDataModule(L.LightningDataModule):
     Args:
         tasks: `glue`, `superglue`, `squad`, `squad_v2`, `mmlu`, a task (`glue/sst2`, `mmlu/anatomy`), or a
             list / comma-separated string of them (`lightning_bench aliases` lists the names).
-        data_dir: local root laid out like ../shared/data (lightning_bench/data/tasks/local_layout.yaml
+        data_dir: local root laid out like ../shared/data (each benchmark's lightning_bench/tasks/<benchmark>/layout.yaml
             says which file holds which split); None = the Hugging Face hub (`datasets`).
         paths: per-task files overriding the defaults, e.g. {"glue/sst2": "my/dev.tsv"} (the eval
             split) or {"glue/sst2:train": "my/train.tsv"}.

@@ -249,7 +249,7 @@ class PromptedDataModule(TaskDataModule):
         return batches
 
     def generation_settings(self, batch: dict) -> dict:
-        """What evaluation/prompted.generate needs beyond the batch: the tokenizer and the stop token ids."""
+        """What evaluation/request_scoring.generate needs beyond the batch: the tokenizer and the stop token ids."""
         stop = tuple(batch["stop"])  # the DataLoader hands the tuple back as a list
         return {"tokenizer": self.tokenizer, "stop_ids": self.stop_ids.get(stop, frozenset()),
                 "stop_strings": tuple(s for s in stop if len(s) > 1),

@@ -26,7 +26,7 @@ Files: the benchmark's <task>.jsonl (tasks/infinitebench/reader.py); the hub:
 xinrongzhang2022/InfiniteBench, one split per task, read as this definition's "test" split. passkey,
 number_string and kv_retrieval can be made locally at any length for any tokenizer
 (`lightning_bench infinitebench_generate --out DATA/infinitebench`, tasks/infinitebench/generate.py): under a
-data folder their splits named by a length (4096 ... 131072, local_layout_infinitebench.yaml) are those
+data folder their splits named by a length (4096 ... 131072, layout.yaml) are those
 sets, which --max_context N reads; the split "test" stays the benchmark's file (passkey: the 8k sample).
 """
 

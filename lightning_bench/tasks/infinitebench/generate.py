@@ -8,7 +8,7 @@ for any tokenizer, as JSON lines in the benchmark's own format.
 `--data_dir DIR` (old spelling `--out`) writes DIR/<length>/<task>.jsonl per length (atomically) and
 DIR/<length>/manifest.json (per
 task: generator, rows, what a length counts, shortest and longest row, depths, seed, tokenizer), the sets that
-local_layout_infinitebench.yaml names for `--max_context <length>`; `-o FILE` writes every length into one
+tasks/infinitebench/layout.yaml names for `--max_context <length>`; `-o FILE` writes every length into one
 file with FILE.manifest.json beside it (read it with --data.paths).
 The options may also come from `--config FILE` (YAML, the same names; flags after it override it);
 `--print_config` prints the resolved options as such a file and exits.

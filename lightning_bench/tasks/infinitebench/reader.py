@@ -145,6 +145,6 @@ def hub_layout(task, split: str) -> dict:
 
 
 READERS = {"infinitebench": Reader(_file_rows, _rows)}
-READERS["infinitebench"].hub_layout = hub_layout  # rows.py's hub path asks it how to load the task's file
+READERS["infinitebench"].hub_layout = hub_layout  # loading.py's hub path asks it how to load the task's file
 FORMAT_FILES = {"infinitebench": "InfiniteBench's <task>.jsonl (id, context, input, answer, options), or one made by "
                                  "`lightning_bench infinitebench_generate`"}

@@ -2,7 +2,7 @@
 each x100 and reported as `score` (per sample, and as the mean with its bootstrap 95% CI), so that the
 benchmark's task_means average and `lightning_bench downstream` compare one figure across tasks.
 
-The gold is what the evaluation scripts pass on (the reader's `answers`: data/tasks/formats/long_context/
+The gold is what the evaluation scripts pass on (the reader's `answers`: tasks/infinitebench/
 infinitebench.py); the rules, as compute_scores.py applies them to a prediction:
 - passkey, number_string: the first run of digits in the prediction equals the answer (a string compare).
 - kv_retrieval: after \\n : " ' . , ? ! { } become spaces, the answer is one of the whitespace-split words

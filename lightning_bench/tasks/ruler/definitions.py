@@ -22,7 +22,7 @@ is seen), max_new_tokens, depth and target_length. Prompts are RULER's task temp
 prefix appended (its scripts/data/synthetic/constants.py), evaluated as base prompts (no chat template),
 greedy, no stop string, RULER's tokens_to_generate as the limit. Scored by RULER's string_match_all
 (niah, vt, cwe, fwe) and string_match_part (qa) (tasks/ruler/scorer.py). Files:
-ruler/<length>/<task>.jsonl under --data.data_dir (local_layout_ruler.yaml; split `test` = 4096, or a
+ruler/<length>/<task>.jsonl under --data.data_dir (layout.yaml; split `test` = 4096, or a
 split named by the length) or --data.paths; the hub: simonjegou/ruler (kvpress's RULER sets, one config
 per length, all tasks in split test; rows picked by their `task`).
 """

@@ -717,7 +717,7 @@ def generate_task(task: str, tokenizer, target_length: int, num_samples: int, se
 
 def chat_template_tokens(tokenizer, answer_prefix: str = " The answer is") -> int:
     """The tokens the tokenizer's chat template adds around a prompt and its answer prefix, as a run with
-    --chat_template auto renders it (data/tasks/requests.render_generation); 0 without a template."""
+    --chat_template auto renders it (tasks/prompts.render_generation); 0 without a template."""
     from lightning_bench.tasks.prompts import Generation, render_generation
 
     tok = getattr(tokenizer, "tok", None)

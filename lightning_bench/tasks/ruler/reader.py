@@ -125,7 +125,7 @@ def _hub_rows(task, raw: list[dict], where: str, start: int = 0) -> list[dict]:
 
 def hub_layout(task, split: str) -> dict:
     """kvpress's simonjegou/ruler: one config per context length, every task in its split "test". A split
-    named by a length reads that config; "test" the definition's (4096), as local_layout_ruler.yaml has it."""
+    named by a length reads that config; "test" the definition's (4096), as layout.yaml has it."""
     if split != "test" and not split.isdigit():
         raise ConfigError(f"{task.name}: RULER has no split {split!r} on the hub; ask 'test' ({task.source.hub_config} "
                           "tokens) or a context length ('8192', ...)")
@@ -135,6 +135,6 @@ def hub_layout(task, split: str) -> dict:
 
 
 READERS = {"ruler": Reader(_file_rows, _hub_rows)}
-READERS["ruler"].hub_layout = hub_layout  # rows.py's hub path asks it which config and rows to read
+READERS["ruler"].hub_layout = hub_layout  # loading.py's hub path asks it which config and rows to read
 FORMAT_FILES = {"ruler": "RULER's <length>/<task>.jsonl, generated with `lightning_bench generate_ruler --tokenizer "
                          "MODEL --out DATA/ruler --lengths 4096 ...` (or RULER's own prepare.py output)"}
