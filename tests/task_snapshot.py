@@ -88,7 +88,7 @@ def render(name: str, shared: Path) -> dict:
     from lightning_bench.tasks.datamodules.prompted import Request
     from lightning_bench.tasks import TASKS
     from lightning_bench.tasks.prompts import build_request, render_generation
-    from lightning_bench.tasks.scoring import score_prompted
+    from lightning_bench.tasks.benchmark_scores import score_prompted
 
     definition = TASKS[name]
     rows, source = task_rows(name, shared)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from lightning_bench.errors import ConfigError
-from lightning_bench.tasks.code.execution import (ExecutionResult, build_program, check_completions,
+from lightning_bench.tasks.code.sandbox import (ExecutionResult, build_program, check_completions,
                                                        protections, run_program)
 
 ADD = {"task_id": "test/add", "prompt": "def add(a, b):\n", "entry_point": "add",

@@ -15,7 +15,7 @@ from lightning_bench.errors import ConfigError
 from lightning_bench.experiments.core.runner import run_grid
 from lightning_bench.experiments.core.store import CellStore
 from lightning_bench.experiments.downstream import command as downstream_command
-from lightning_bench.experiments.sweep.runner import CellRunner
+from lightning_bench.experiments.sweep.streaming_eval import CellRunner
 from tests.conftest import need_module
 from tests.test_cli import run
 from tests.test_downstream_driver import _args, _die_in_the_second_group, _stable

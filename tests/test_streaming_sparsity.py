@@ -244,7 +244,7 @@ def sweep(capsys, *argv):
 
 
 def test_sweep_writes_the_benchmark_json_and_resumes(tmp_path, tiny_corpus, capsys, monkeypatch):
-    from lightning_bench.experiments.sweep import runner as sweep_module
+    from lightning_bench.experiments.sweep import streaming_eval as sweep_module
 
     config = tiny_sweep(tmp_path, tiny_corpus)
     out = sweep(capsys, "--config", str(config))

@@ -416,7 +416,7 @@ def test_axg_accuracy_and_gender_parity_hand_worked():
 
 
 def test_diagnostics_are_scored_beside_the_superglue_average_not_in_it():
-    from lightning_bench.tasks.scoring import aggregate
+    from lightning_bench.tasks.benchmark_scores import aggregate
 
     rte = {"accuracy": 0.75, "acc": 0.75, "acc_norm": 0.5}
     axb = {"mcc": 0.2, "acc": 0.6, "acc_norm": 0.6}
@@ -435,7 +435,7 @@ def test_acc_norm_counts_the_choice_without_its_separator_like_the_harness():
     doc_to_choice string; the target_delimiter (" ") is joined on when the request is built, not counted."""
     from lightning_bench.tasks.datamodules.prompted import Request
     from lightning_bench.tasks.prompts import MultipleChoice
-    from lightning_bench.tasks.scoring import choice_prediction, score_prompted
+    from lightning_bench.tasks.benchmark_scores import choice_prediction, score_prompted
 
     boolq = MultipleChoice("passage\nQuestion: q?\nAnswer:", (" no", " yes"), 1)
     # " no" -2.0, " yes" -2.9: acc picks no; per character of "no" / "yes": -2.0/2 = -1.0 < -2.9/3 = -0.967,

@@ -19,7 +19,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from lightning_bench.data.cache import cache_key, cached
+from lightning_bench.data.token_cache import cache_key, cached
 from lightning_bench.data.sharding import eval_sampler, global_batch_part, processes
 from lightning_bench.data.options import (DatasetName, Fraction, NonNegativeInt, PositiveInt,
                                           checked_arguments)

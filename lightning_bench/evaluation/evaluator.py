@@ -19,7 +19,7 @@ import lightning as L
 
 from lightning_bench.tasks.datamodules.encoding import REQUEST_KINDS
 from lightning_bench.evaluation.request_scoring import module_logits, score_batch
-from lightning_bench.tasks.scoring import score_finetuned, score_prompted
+from lightning_bench.tasks.benchmark_scores import score_finetuned, score_prompted
 
 # how a prompted score was obtained, written beside it (records' protocol.scoring)
 SCORING_RULES = {

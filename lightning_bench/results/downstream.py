@@ -21,7 +21,7 @@ from typing import Optional
 import lightning as L
 
 from lightning_bench.errors import DivergedError
-from lightning_bench.tasks.scoring import merge_results
+from lightning_bench.tasks.benchmark_scores import merge_results
 from lightning_bench.results.io import read_json, write_json_atomic, write_text_atomic
 from lightning_bench.results.meta import processes, run_meta
 from lightning_bench.results.naming import new_run_id, point_latest, run_path

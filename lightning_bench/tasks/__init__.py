@@ -1,6 +1,6 @@
 """Downstream tasks, one folder per benchmark (glue/, ruler/, ...: definitions, reader, scorer, layout.yaml,
 generator), listed once in registry.py; their rows in one (HF `datasets`) layout from local files or the
-hub (loading.py), their prompts (prompts.py), scores (scoring.py) and Lightning DataModules (datamodules/).
+hub (loading.py), their prompts (prompts.py), scores (benchmark_scores.py) and Lightning DataModules (datamodules/).
 docs/tasks.md says how to add a task or a benchmark."""
 
 from lightning_bench.tasks.definition import (Benchmark, Finetune, GenerationSettings, Source, Splits, Suite,

@@ -15,7 +15,7 @@ from lightning_bench.tasks import get_task
 from lightning_bench.tasks.squad import metrics as squad_metrics
 from lightning_bench.tasks.bootstrap import figures
 from lightning_bench.tasks.generative_scoring import is_generative, score_generative
-from lightning_bench.tasks.scoring import generation_prediction
+from lightning_bench.tasks.benchmark_scores import generation_prediction
 
 PAIRED_METHOD = ("paired percentile bootstrap of the mean difference (cell - reference), scipy.stats.bootstrap "
                  "paired=True, 1000 resamples, seed 0; unit of observation: one task example (the same "

@@ -32,7 +32,7 @@ from lightning_bench.experiments.core.execution import recorded_argv
 from lightning_bench.experiments.core.runner import Work, run_grid, sayer
 from lightning_bench.experiments.sweep import store
 from lightning_bench.experiments.sweep.config import SweepConfig, check_has_kv_cache, settings_fingerprint
-from lightning_bench.experiments.sweep.runner import CellRunner, SweepStopped, describe_protocol, markdown_table
+from lightning_bench.experiments.sweep.streaming_eval import CellRunner, SweepStopped, describe_protocol, markdown_table
 from lightning_bench.results.io import check_output
 from lightning_bench.results.meta import run_meta
 

@@ -1,5 +1,5 @@
 """Code: CodeXGLUE code-to-text (six languages) and line completion, and HumanEval's pass@k, its
-completions run in a sandbox (execution.py, sandbox_guard.py)."""
+completions run in a sandbox (sandbox.py, sandbox_guard.py)."""
 
 from pathlib import Path
 

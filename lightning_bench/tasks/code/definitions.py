@@ -5,7 +5,7 @@ code-to-text: the function's code, asked for a one-sentence summary, scored by s
 CodeXGLUE's own evaluator computes it (the benchmark's overall figure is the mean over languages).
 Line completion: the left context continued to the end of the line; exact match and edit similarity as
 CodeXGLUE's evaluator. HumanEval: the prompt (signature + docstring) completed as code, stopped at the
-Codex paper's stop sequences, executed against the tests in a sandbox (tasks/code/execution.py);
+Codex paper's stop sequences, executed against the tests in a sandbox (tasks/code/sandbox.py);
 pass@k by the unbiased estimator. The completion tasks continue code, so they are not wrapped in a chat
 template (as bigcode-evaluation-harness's `humaneval`, unlike its `instruct-humaneval`).
 Files: tasks/code/codexglue_reader.py, humaneval.py; hub: google/code_x_glue_ct_code_to_text,

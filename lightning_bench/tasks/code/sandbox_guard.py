@@ -1,4 +1,4 @@
-"""Child side of the code-execution sandbox. execution.py runs it as
+"""Child side of the code-execution sandbox. sandbox.py runs it as
 `python -I -S -B sandbox_guard.py INPUT REPORT_FD` in a fresh process; the evaluator never imports it.
 Standard library only: `-I -S` gives it no site-packages.
 

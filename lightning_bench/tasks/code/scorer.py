@@ -1,5 +1,5 @@
 """Scores of the code tasks: CodeXGLUE's smoothed BLEU-4 and line-completion exact match / edit similarity,
-HumanEval's pass@k over completions run in the sandbox of execution.py (never in this process)."""
+HumanEval's pass@k over completions run in the sandbox of sandbox.py (never in this process)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _line_completion(task, rows, preds, pairs):
 
 
 def _pass_at_k(task, rows, preds, pairs):
-    from lightning_bench.tasks.code.execution import check_completions, protections
+    from lightning_bench.tasks.code.sandbox import check_completions, protections
     from lightning_bench.tasks.code.metrics import pass_at_k_metrics
 
     completions = [p.get("predictions") or [p["prediction"]] for _, p in pairs]
