@@ -50,6 +50,7 @@ EXTRA_COMMANDS: dict[str, str] = {
     "tune": "lightning_bench.experiments.tuning.command:main",
     "infinitebench_generate": "lightning_bench.tasks.infinitebench.generate:main",
     "generate_ruler": "lightning_bench.tasks.ruler.generate:main",
+    "counting_stars_generate": "lightning_bench.tasks.counting_stars.generate:main",
     "export_documents": "lightning_bench.data.export_documents:main",
     "results": "lightning_bench.reports.results_table:main",
     "report": "lightning_bench.reports.report:main",

@@ -157,6 +157,8 @@ def _from_hub(task: TaskDefinition, split: str, reader, max_rows: int | None) ->
     from datasets import load_dataset  # heavy import; only the hub path needs it
 
     source = task.source
+    if not source.hub_id:  # a benchmark published outside the hub (Counting-Stars): local files only
+        raise MissingData(f"{task.name}: {task.benchmark} has no hub copy; read local files: {_local_hint(task, split)}")
     # a reader whose hub set is not one config with a hub split per split (RULER: a config per length, all
     # tasks mixed in one split; InfiniteBench: a file per task, read with explicit features) lays the load out
     # itself: {"config", "hub_splits", "load_args": hub split -> more load_dataset arguments,

@@ -4,15 +4,15 @@ them (`--task glue` = its 9 tasks), the readers by file format and the scorers b
 
 from __future__ import annotations
 
-from lightning_bench.tasks import (code, glue, infinitebench, long_context_rows, longbench, loogle, mmlu, multiwoz,
-                                   open_qa, ruler, squad, summarization, superglue, zeroscrolls)
+from lightning_bench.tasks import (code, counting_stars, glue, infinitebench, long_context_rows, longbench, loogle,
+                                   mmlu, multiwoz, open_qa, ruler, squad, summarization, superglue, zeroscrolls)
 from lightning_bench.tasks.definition import AGGREGATIONS, Benchmark, Suite, TaskDefinition
 from lightning_bench.errors import ConfigError, unknown_name
 
 # the order benchmarks are listed and recorded in
 SUITES: tuple[Suite, ...] = tuple(folder.SUITE for folder in (
     glue, superglue, squad, mmlu, summarization, open_qa, multiwoz, code,
-    ruler, infinitebench, loogle, longbench, zeroscrolls, long_context_rows))
+    ruler, infinitebench, loogle, longbench, zeroscrolls, long_context_rows, counting_stars))
 LISTED_IN_FULL = 20  # a benchmark with more tasks (MMLU) is listed as "<name>/<subject>" in messages
 
 
