@@ -5,6 +5,12 @@ from pathlib import Path
 from lightning_bench.tasks.multiwoz import definitions, reader, scorer
 from lightning_bench.tasks.definition import Suite
 
-SUITE = Suite(definitions.TASKS, definitions.BENCHMARKS, readers={"multiwoz": reader},
-              layout=Path(__file__).with_name("layout.yaml"), scorers=scorer.SCORERS,
-              expected_files={"multiwoz": "MultiWOZ: ConvLab-2's <split>.json.zip (2.1) or MultiWOZ 2.2's dialogues_*.json"})
+READERS = {
+    "multiwoz": reader,
+}
+# what a missing file of each format should have been
+EXPECTED_FILES = {
+    "multiwoz": "MultiWOZ: ConvLab-2's <split>.json.zip (2.1) or MultiWOZ 2.2's dialogues_*.json",
+}
+SUITE = Suite(definitions.TASKS, definitions.BENCHMARKS, readers=READERS, layout=Path(__file__).with_name("layout.yaml"),
+              scorers=scorer.SCORERS, expected_files=EXPECTED_FILES)

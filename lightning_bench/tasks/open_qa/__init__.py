@@ -5,6 +5,14 @@ from pathlib import Path
 from lightning_bench.tasks.open_qa import definitions, reader, scorer
 from lightning_bench.tasks.definition import Suite
 
-SUITE = Suite(definitions.TASKS, definitions.BENCHMARKS, readers={"nq_open": reader.NQ_OPEN, "triviaqa": reader.TRIVIAQA},
-              layout=Path(__file__).with_name("layout.yaml"), scorers=scorer.SCORERS,
-              expected_files={"nq_open": "NQ-open's .jsonl (question, answer list)", "triviaqa": "TriviaQA's qa/*.json (with evidence/ for rc)"})
+READERS = {
+    "nq_open": reader.NQ_OPEN,
+    "triviaqa": reader.TRIVIAQA,
+}
+# what a missing file of each format should have been
+EXPECTED_FILES = {
+    "nq_open": "NQ-open's .jsonl (question, answer list)",
+    "triviaqa": "TriviaQA's qa/*.json (with evidence/ for rc)",
+}
+SUITE = Suite(definitions.TASKS, definitions.BENCHMARKS, readers=READERS, layout=Path(__file__).with_name("layout.yaml"),
+              scorers=scorer.SCORERS, expected_files=EXPECTED_FILES)
