@@ -1,6 +1,6 @@
 r"""`lightning_bench counting_stars_generate`: make Counting-Stars' English sets over a local haystack.
 
-    lightning_bench counting_stars_generate --haystack ../shared/data/pg19/test --lengths 2000 4000 \
+    lightning_bench counting_stars_generate --haystack ../shared/data/pg19 --lengths 2000 4000 \
         --data_dir DATA/counting_stars
     lightning_bench test ... --task counting_stars --data.data_dir DATA
 
@@ -67,7 +67,7 @@ def read_haystack(path: str | Path) -> tuple[str, list[dict]]:
     files = sorted(p for p in path.rglob("*.txt") if p.is_file()) if path.is_dir() else [path]
     if not files or not all(f.is_file() for f in files):
         raise MissingData(f"counting_stars_generate: --haystack {path}: no text found; give a .txt file or a "
-                          "folder of them (e.g. ../shared/data/pg19/test)")
+                          "folder of them (e.g. ../shared/data/pg19)")
     texts = [f.read_text(encoding="utf-8", errors="replace") for f in files]
     sources = [{"path": str(f), "sha256": hashlib.sha256(t.encode()).hexdigest()} for f, t in zip(files, texts)]
     return "".join(t.replace("\n", " ") for t in texts), sources
@@ -97,7 +97,7 @@ class CountingStarsConfig:
     """counting_stars_generate's options (`--config FILE` reads them from YAML under the same names)."""
 
     haystack: str
-    """a .txt file or a folder of them (read in sorted order), e.g. ../shared/data/pg19/test"""
+    """a .txt file or a folder of them (read in sorted order), e.g. ../shared/data/pg19 (~27k words)"""
     data_dir: str
     """folder for <task>.jsonl and manifest.json (e.g. DATA/counting_stars, read with --data.data_dir DATA)"""
     lengths: list[PositiveInt]
