@@ -3,6 +3,7 @@ benchmark's gen_test_data.ipynb does, the reader splits the release files' promp
 counts, the scorer gives the benchmark's per-star scores on hand-worked answers, and the suite runs
 through `test --task` and `downstream` like every other."""
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -32,6 +33,7 @@ def test_stars_sit_where_the_benchmark_puts_them():
         assert f"\nThe little penguin counted {count} ★\n{after} " in context, t
     assert context.endswith("w39\nThe little penguin counted 69 ★\n")
     assert row["star_depths"] == sorted(row["star_depths"]) and row["counts"] == [15, 117, 42, 69]
+    assert row["max_new_tokens"] == 8 * 4  # sized to its stars: 64 stars would not fit the task's 256
     reasoning = make_row("reasoning", HAYSTACK, 50, 0.8, [15, 117, 42, 69], [16, 116, 43, 70])["context"]
     assert ("counted 16 ★, but found that a mistake had been made, so the counting was done again, and this time "
             "15 ★ was counted correctly.\n") in reasoning
@@ -44,6 +46,9 @@ def test_counts_are_the_benchmarks_for_32_stars_and_drawn_by_its_rule_otherwise(
     assert sorted((a - 1) // 4 for a in counts) == list(range(10))  # one count in each block [4i+1, 4i+3]
     assert all(a % 4 != 0 and abs(a - r) == 1 for a, r in zip(counts, wrong))
     assert star_counts(10, 3) == (counts, wrong) != star_counts(10, 4)
+    for seed in range(20):  # the wrong counts are distinct and positive, as the benchmark's own lists are
+        counts, wrong = star_counts(64, seed)
+        assert len(set(wrong)) == 64 and min(wrong) > 0 and not set(wrong) & set(counts)
 
 
 def test_release_files_are_split_into_context_and_question_and_render_back_byte_for_byte():
@@ -51,6 +56,7 @@ def test_release_files_are_split_into_context_and_question_and_render_back_byte_
     raw = [json.loads(line) for line in FIXTURE.read_text().splitlines()]
     assert [r["counts"] for r in rows] == [[15, 117, 42, 69]] * 2
     assert [r["distractors"] for r in rows] == [[16, 116, 43, 70]] * 2  # read from the correction sentences
+    assert [r["length"] for r in rows] == [100, 200]  # the nominal length, context_size / 0.8, as its plots label it
     for row, original in zip(rows, raw):
         request = build_request("counting_stars/reasoning", row)
         assert request.context == original["question"] and request.document == row["context"]
@@ -98,7 +104,8 @@ def test_generate_then_test_and_downstream_on_the_tiny_model(tiny_hf, shared_dat
                           "--lengths", "60", "120", "--stars", "4", "--data_dir", str(data / "counting_stars")], capsys)
     assert code == 0, err
     manifest = json.loads((data / "counting_stars" / "manifest.json").read_text())
-    assert manifest["stars"] == 4 and manifest["haystack"][0]["sha256"]
+    book = Path(manifest["haystack"][0]["path"])
+    assert manifest["stars"] == 4 and manifest["haystack"][0]["sha256"] == hashlib.sha256(book.read_bytes()).hexdigest()
     code, _, err = run(["test", "--model", "hf", "--model.pretrained", str(tiny_hf), "--task", "counting_stars",
                         "--data.data_dir", str(data), "--data.max_new_tokens", "8", "--trainer.enable_progress_bar",
                         "false", "--trainer.logger", "false"], capsys)

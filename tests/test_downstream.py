@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from lightning_bench.data.tokenization import build_tokenizer
-from lightning_bench.tasks.datamodules import encoding as requests
-from lightning_bench.evaluation import request_scoring as prompted
+from lightning_bench.tasks.datamodules import encoding
+from lightning_bench.evaluation import request_scoring
 from lightning_bench.models import HFLanguageModel
 from tests.conftest import FIXTURES
 from tests.test_cli import run
@@ -43,19 +43,19 @@ def by_hand(module, tokens: list[int], n_continuation: int) -> float:
 
 
 def test_continuation_split_keeps_the_boundary_token_with_the_continuation(gpt2):
-    ctx, cont = requests.split_continuation(gpt2, "Answer:", " yes")
+    ctx, cont = encoding.split_continuation(gpt2, "Answer:", " yes")
     assert gpt2.decode(ctx) == "Answer:" and gpt2.decode(cont) == " yes"
     # "abc" + "def" tokenises as one piece: the continuation starts at the first differing token
     whole = gpt2.encode("the catapult")
-    ctx, cont = requests.split_continuation(gpt2, "the cat", "apult")
+    ctx, cont = encoding.split_continuation(gpt2, "the cat", "apult")
     assert ctx + cont == whole and cont
 
 
 def test_single_token_choices_share_one_row_and_match_per_choice_rows(tiny_module, gpt2):
     context = "The movie was great.\nQuestion: Is this sentence positive or negative?\nAnswer:"
-    grouped = requests.encode_multiple_choice(gpt2, 0, context, [" negative", " positive"], 512)
+    grouped = encoding.encode_multiple_choice(gpt2, 0, context, [" negative", " positive"], 512)
     assert [r.kind for r in grouped] == ["next_token"]
-    out = prompted.score_batch(tiny_module, requests.collate(grouped, 0))
+    out = request_scoring.score_batch(tiny_module, encoding.collate(grouped, 0))
     ctx = gpt2.encode(context)
     for i, choice in enumerate([" negative", " positive"]):
         (token,) = gpt2.encode(choice)
@@ -64,9 +64,9 @@ def test_single_token_choices_share_one_row_and_match_per_choice_rows(tiny_modul
 
 def test_multi_token_choices_sum_their_tokens_in_a_padded_batch(tiny_module, gpt2):
     context, choices = "Q: capital of France?\nA:", [" Paris", " the city of Lyon"]
-    rows = requests.encode_multiple_choice(gpt2, 3, context, choices, 512)
+    rows = encoding.encode_multiple_choice(gpt2, 3, context, choices, 512)
     assert [r.kind for r in rows] == ["loglikelihood", "loglikelihood"]
-    out = prompted.score_batch(tiny_module, requests.collate(rows, 0))  # rows differ in length: padding
+    out = request_scoring.score_batch(tiny_module, encoding.collate(rows, 0))  # rows differ in length: padding
     for i, choice in enumerate(choices):
         whole = gpt2.encode(context + choice)
         n = len(whole) - len(gpt2.encode(context))
@@ -75,7 +75,7 @@ def test_multi_token_choices_sum_their_tokens_in_a_padded_batch(tiny_module, gpt
 
 
 def test_left_truncation_keeps_the_continuation(gpt2):
-    rows = requests.encode_multiple_choice(gpt2, 0, "word " * 50 + "end:", [" a b c", " d e f g"], 16)
+    rows = encoding.encode_multiple_choice(gpt2, 0, "word " * 50 + "end:", [" a b c", " d e f g"], 16)
     for row in rows:
         assert len(row.tokens) <= 16 and row.truncated > 0 and row.tokens[row.scored_from + 1:] == row.targets[:-1]
 
@@ -90,9 +90,9 @@ def KeepEverything():
 def test_greedy_generation_through_lm_forward_equals_hf_generate(tiny_module, gpt2):
     ids = torch.tensor([gpt2.encode("Title: x\n\nQuestion: what?\n\nAnswer:")])
     batch = {"input_ids": ids, "request_id": torch.tensor([0])}
-    cached = prompted.generate(tiny_module, batch, tokenizer=gpt2, max_new_tokens=6)
+    cached = request_scoring.generate(tiny_module, batch, tokenizer=gpt2, max_new_tokens=6)
     # as under KV eviction: decoded on the KV engine's cache
-    recomputed = prompted.generate(tiny_module, batch, tokenizer=gpt2, max_new_tokens=6, no_answer_tokens=[7, 8],
+    recomputed = request_scoring.generate(tiny_module, batch, tokenizer=gpt2, max_new_tokens=6, no_answer_tokens=[7, 8],
                                    kv=KeepEverything())
     assert cached["tokens"] == recomputed["tokens"] and len(cached["tokens"][0]) == 6
     na_prob = math.exp(by_hand(tiny_module, ids[0].tolist() + [7, 8], 2))  # P(7, 8 | prompt)
@@ -101,9 +101,9 @@ def test_greedy_generation_through_lm_forward_equals_hf_generate(tiny_module, gp
 
 def test_generation_stops_at_a_stop_token(tiny_module, gpt2):
     ids = torch.tensor([gpt2.encode("Answer:")])
-    first = prompted.generate(tiny_module, {"input_ids": ids, "request_id": torch.tensor([0])}, tokenizer=gpt2,
+    first = request_scoring.generate(tiny_module, {"input_ids": ids, "request_id": torch.tensor([0])}, tokenizer=gpt2,
                               max_new_tokens=5)["tokens"][0][0]
-    out = prompted.generate(tiny_module, {"input_ids": ids, "request_id": torch.tensor([0])}, tokenizer=gpt2,
+    out = request_scoring.generate(tiny_module, {"input_ids": ids, "request_id": torch.tensor([0])}, tokenizer=gpt2,
                             max_new_tokens=5, stop_ids=frozenset({first}))
     assert out["tokens"] == [[first]] and out["text"] == [""]
 

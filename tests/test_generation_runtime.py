@@ -1,4 +1,4 @@
-"""Generation for the generative tasks (evaluation/request_scoring.py, tasks/datamodules/prompted.py): seeded
+"""Generation for the generative tasks (evaluation/request_scoring.py, tasks/datamodules/request_scoring.py): seeded
 sampling with nucleus filtering, multi-character stop strings, a document cut from its middle (never
 the instruction or the question) and the chat template applied where a task asks for it."""
 
@@ -10,7 +10,7 @@ from lightning_bench.errors import ConfigError
 from lightning_bench.tasks.datamodules.encoding import encode_generation
 from lightning_bench.tasks import get_task
 from lightning_bench.tasks.prompts import Generation
-from lightning_bench.evaluation import request_scoring as prompted
+from lightning_bench.evaluation import request_scoring
 from lightning_bench.sparsity.sampling import sample_token
 from tests.test_downstream import KeepEverything, gpt2, tiny_module  # noqa: F401 (fixtures)
 
@@ -35,7 +35,7 @@ def test_nucleus_sampling_draws_only_from_the_top_p_set_in_proportion():
 @pytest.mark.parametrize("evicting", [False, True])
 def test_sampled_completions_are_seeded_per_request_and_draw(tiny_module, gpt2, evicting):
     kv = KeepEverything() if evicting else None  # the KV engine / HF generate
-    run = lambda rid, seed=0: prompted.generate(tiny_module, _batch(gpt2, rid=rid), tokenizer=gpt2,  # noqa: E731
+    run = lambda rid, seed=0: request_scoring.generate(tiny_module, _batch(gpt2, rid=rid), tokenizer=gpt2,  # noqa: E731
                                                 max_new_tokens=6, samples=4, temperature=1.0, top_p=0.95,
                                                 seed=seed, kv=kv)
     first, again, other_seed = run(3), run(3), run(3, seed=1)
@@ -46,17 +46,17 @@ def test_sampled_completions_are_seeded_per_request_and_draw(tiny_module, gpt2, 
 
 
 def test_greedy_generation_has_no_samples_field(tiny_module, gpt2):
-    out = prompted.generate(tiny_module, _batch(gpt2), tokenizer=gpt2, max_new_tokens=4)
+    out = request_scoring.generate(tiny_module, _batch(gpt2), tokenizer=gpt2, max_new_tokens=4)
     assert "samples" not in out and len(out["tokens"][0]) == 4
 
 
 @pytest.mark.parametrize("evicting", [False, True])
 def test_generation_stops_at_a_multi_character_stop_string(tiny_module, gpt2, evicting):
     batch = _batch(gpt2)
-    free = prompted.generate(tiny_module, batch, tokenizer=gpt2, max_new_tokens=8)["tokens"][0]
+    free = request_scoring.generate(tiny_module, batch, tokenizer=gpt2, max_new_tokens=8)["tokens"][0]
     stop = gpt2.decode(free[1:3])  # text made by the 2nd and 3rd tokens
     assert len(stop) > 1
-    out = prompted.generate(tiny_module, batch, tokenizer=gpt2, max_new_tokens=8, stop_strings=(stop,),
+    out = request_scoring.generate(tiny_module, batch, tokenizer=gpt2, max_new_tokens=8, stop_strings=(stop,),
                             kv=KeepEverything() if evicting else None)
     assert out["tokens"][0] == free[:3]  # stopped as soon as the text held the stop string
 

@@ -11,7 +11,7 @@ import pytest
 
 from lightning_bench.tasks import load_rows
 from lightning_bench.tasks.multiwoz.metrics import dst_per_turn, parse_belief_state
-from lightning_bench.tasks.open_qa.metrics import exact_match, token_f1
+from lightning_bench.tasks.metrics.open_qa import exact_match, token_f1
 from tests.test_cli import run
 
 pytestmark = pytest.mark.shared_data

@@ -1,4 +1,4 @@
-"""Generative-task metrics (evaluation/{bootstrap,summarization,open_qa,dst,code}_metrics.py) against the
+"""Generative-task metrics (tasks/metrics/{bootstrap,rouge,open_qa}.py, tasks/{multiwoz,code}/metrics.py) against the
 official scorers: figures marked "official" were produced by running the benchmark's own script outside
 the project (the command is given beside each), never by this code."""
 
@@ -9,16 +9,16 @@ import zipfile
 import pytest
 
 from lightning_bench.errors import ConfigError
-from lightning_bench.tasks.bootstrap import mean_ci
+from lightning_bench.tasks.metrics.bootstrap import mean_ci
 from lightning_bench.tasks.code.metrics import (codebleu, fuzz_ratio, line_completion_metrics,
                                                      line_completion_per_sample, line_completion_post_process,
                                                      pass_at_k, pass_at_k_metrics, smoothed_bleu4)
 from lightning_bench.tasks.multiwoz.metrics import (MULTIWOZ21_SLOTS, canonical_slot, dst_metrics, dst_per_turn,
                                                     joint_goal_accuracy, normalize_value, parse_belief_state,
                                                     slot_accuracy)
-from lightning_bench.tasks.open_qa.metrics import (exact_match, normalize_answer, open_qa_metrics,
+from lightning_bench.tasks.metrics.open_qa import (exact_match, normalize_answer, open_qa_metrics,
                                                         open_qa_per_sample, token_f1)
-from lightning_bench.tasks.summarization.metrics import ROUGE_TYPES, rouge_metrics, rouge_per_sample
+from lightning_bench.tasks.metrics.rouge import ROUGE_TYPES, rouge_metrics, rouge_per_sample
 
 # ----------------------------------------------------------------------------------------------- bootstrap
 

@@ -1,5 +1,5 @@
-"""Readers of the generative tasks' formats (lightning_bench/tasks/<benchmark>/: summarization, open_qa, multiwoz, codexglue,
-humaneval): the real ../shared/data samples through the local layout, every format's details on small
+"""Readers of the generative tasks' formats (lightning_bench/tasks/<benchmark>/: summarization, open_qa, multiwoz, code:
+codexglue and humaneval): the real ../shared/data samples through the local layout, every format's details on small
 hand-made files in each benchmark's own layout (tests/fixtures/generative/), the hub path (rows shaped like
 the HF `datasets` rows give the same rows as the files), and the one-line errors."""
 

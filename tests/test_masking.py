@@ -324,7 +324,7 @@ def test_downstream_bad_stacks_are_one_line(stacks, expected, tiny_hf, shared_da
 
 def test_perplexity_batches_of_other_sizes_are_metered_apart(net):
     """The evaluation's last batch is often smaller: each forward's sums are absorbed before the next."""
-    from lightning_bench.sparsity.masking.evaluation import QueryTimeSparsity
+    from lightning_bench.sparsity.masking.perplexity import QueryTimeSparsity
 
     class Module:
         def __init__(self, net):

@@ -339,3 +339,21 @@ def test_shared_mmlu(shared_data):
     assert sum(map(len, test)) == 5700 and all(len(rows) == 100 for rows in test)
     assert all(len(load_rows(t, "fewshot", data_dir=shared_data)) == 5 for t in expand_tasks("mmlu"))
     assert sum(len(load_rows(t, "validation", data_dir=shared_data)) for t in expand_tasks("mmlu")) == 1529
+
+
+def test_the_registry_refuses_an_incomplete_definition_when_it_is_built():
+    """A generation task without its headline or scorer, or in a format no suite reads, never reaches a run."""
+    from dataclasses import replace
+
+    from lightning_bench.tasks import Suite
+    from lightning_bench.tasks.registry import SUITES, build
+
+    ruler = next(s for s in SUITES if "ruler/vt" in {t.name for t in s.tasks})
+    vt = next(t for t in ruler.tasks if t.name == "ruler/vt")
+    for broken, expected in ((replace(vt, headline=None), "names its scorer and headline"),
+                             (replace(vt, scorer="nope"), "no suite scores its family 'nope'"),
+                             (replace(vt, source=replace(vt.source, format="nope")), "no suite reads its format 'nope'")):
+        suite = Suite((broken,), (), ruler.readers, ruler.layout, ruler.scorers)
+        with pytest.raises(AssertionError, match=expected):
+            build((suite,))
+    assert build((ruler,))[0]["ruler/vt"] is vt

@@ -1,4 +1,4 @@
-"""Downstream-task metrics: GLUE/SuperGLUE (tasks/classification_metrics.py), SQuAD v1.1/v2.0 (tasks/squad/metrics.py), MMLU (tasks/mmlu/metrics.py).
+"""Downstream-task metrics: GLUE/SuperGLUE (tasks/metrics/classification.py), SQuAD v1.1/v2.0 (tasks/metrics/squad.py), MMLU (tasks/mmlu/metrics.py).
 
 Hand-worked cases carry their arithmetic in comments; random cases compare with scikit-learn / scipy.
 """
@@ -10,11 +10,11 @@ import pytest
 from scipy import stats
 from sklearn import metrics as skm
 
-from lightning_bench.tasks.classification_metrics import benchmark_average, task_score
+from lightning_bench.tasks.metrics.classification import benchmark_average, task_score
 from lightning_bench.tasks.mmlu.metrics import CATEGORY_KEY, MMLU_SUBJECTS, SUBJECT_CATEGORY, mmlu_metrics
 from lightning_bench.tasks.official_metrics import (GLUE_METRICS, SUPERGLUE_METRICS, glue_task_metrics,
                                                      superglue_task_metrics)
-from lightning_bench.tasks.squad.metrics import (
+from lightning_bench.tasks.metrics.squad import (
     exact_match_score,
     f1_score,
     normalize_answer,

@@ -1,5 +1,6 @@
 """The ranges of the data options, declared once: on each DataModule's `__init__` signature and on the
-config dataclasses of the data commands (generate_ruler, infinitebench_generate, export_documents), and the
+config dataclasses of the data commands (export_documents here; the benchmarks' generators generate_ruler,
+infinitebench_generate, counting_stars_generate in their task folders), and the
 jsonargparse parser of those commands (`parse_command`).
 
 jsonargparse reads them while it parses a command, so `--data.eval_batch_size 0` is refused before any

@@ -89,7 +89,7 @@ def generate(module, batch: dict, tokenizer=None, stop_ids: frozenset = frozense
     as the rows of one batch (task_decode, query-aware, compressed once after the prefill; the last
     `cue_tokens`, what follows the user's text, fed on the compressed cache). A generation also stops at
     the model's own end ids (generation_config: a chat model's end of turn). Otherwise HF models use their own KV
-    cache through `generate` (greedy-equivalent, tests/test_prompted.py) and other families re-read the
+    cache through `generate` (greedy-equivalent, tests/test_downstream.py) and other families re-read the
     whole sequence through `lm_forward` at every step (they have no KV-cache API)."""
     ids = batch["input_ids"]
     if ids.shape[0] != 1:

@@ -310,7 +310,7 @@ class LanguageModule(L.LightningModule):
 
     def _check_head_fusion(self) -> None:
         """Decide at the start of each evaluation whether it may fuse the output head with the loss
-        (evaluation/token_nll.py): only when the head is a plain Linear AND the network's logits on a
+        (models/token_nll.py): only when the head is a plain Linear AND the network's logits on a
         short probe equal head(hidden_states) (a family that scales or soft-caps its logits, or adds
         anything after the head, fails the probe and keeps the logits path)."""
         head = self.output_head() if self.net is not None else None

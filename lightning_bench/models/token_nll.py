@@ -1,7 +1,7 @@
 """Summed negative log-likelihood of the scored tokens, without full-vocabulary fp32 log-probabilities.
 
 The loss a LanguageModule computes on evaluation batches (models/base.py); it lives with the models (the
-bottom layer), and evaluation/token_nll.py re-exports it.
+bottom layer), and the evaluation and benchmark code import it from here.
 
 Perplexity needs, per scored token, `logsumexp(logits) - logits[target]`. `F.cross_entropy` on the
 (tokens, vocab) logits writes a second (tokens, vocab) fp32 tensor of log-probabilities; for a 49k

@@ -52,7 +52,7 @@ class SparsityCallback(L.Callback):
                  chunk_size: int = 1, interval: int = 1, rerotate: bool = False,
                  method_params: Optional[dict] = None, rounding: str = "ceil", attention_sparsity=None):
         if attention_sparsity is not None:
-            from lightning_bench.sparsity.masking.evaluation import QueryTimeSparsity
+            from lightning_bench.sparsity.masking.perplexity import QueryTimeSparsity
 
             self.eviction = QueryTimeSparsity.build(attention_sparsity)
         else:

@@ -16,9 +16,9 @@ from collections import defaultdict
 from typing import Optional
 
 from lightning_bench.tasks import BENCHMARK_ORDER, BENCHMARKS, TASKS, TaskDefinition, get_task
-from lightning_bench.tasks.classification_metrics import benchmark_average, task_score
+from lightning_bench.tasks.metrics.classification import benchmark_average, task_score
 from lightning_bench.tasks.mmlu.metrics import mmlu_metrics
-from lightning_bench.tasks.squad.metrics import normalize_answer
+from lightning_bench.tasks.metrics.squad import normalize_answer
 from lightning_bench.tasks.generative_scoring import is_generative, score_generative, task_means_entry
 from lightning_bench.tasks.official_metrics import compute_metrics, needs_groups, needs_subsets
 

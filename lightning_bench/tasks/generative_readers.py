@@ -20,10 +20,13 @@ from lightning_bench.errors import ConfigError, MissingData
 
 class Reader:
     """One format: `file_rows(task, path)` gives a file's rows, `from_rows(task, rows, where)` normalises
-    raw rows (a file's or the hub's) into the task's rows."""
+    raw rows (a file's or the hub's) into the task's rows. `reads_folders`: a path may be a folder of the
+    format's files, read as one (CNN/DailyMail's story folders)."""
 
-    def __init__(self, file_rows: Callable, from_rows: Callable, finish: Callable = lambda rows: rows):
+    def __init__(self, file_rows: Callable, from_rows: Callable, finish: Callable = lambda rows: rows,
+                 reads_folders: bool = False):
         self.file_rows, self.from_rows, self.finish = file_rows, from_rows, finish  # finish: over all files' rows
+        self.reads_folders = reads_folders
 
     def read(self, task, paths: list[Path]) -> list[dict]:
         """All files' rows; a row numbered by its position gets it counted over the files before it too

@@ -122,7 +122,6 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-FOLDER_FORMATS = ("cnn_dailymail",)  # formats whose reader takes a folder of files as one path
 
 
 def _expected_files(fmt: str) -> str:
@@ -143,7 +142,7 @@ def _local_files(task: TaskDefinition, split: str, data_dir, paths: list | None)
     if not files:
         raise ConfigError(f"{task.name}: --data.paths is empty; name at least one file")
     for f in files:
-        if not f.is_file() and not (f.is_dir() and task.source.format in FOLDER_FORMATS):
+        if not f.is_file() and not (f.is_dir() and getattr(READERS[task.source.format], "reads_folders", False)):
             what = "is a folder, not a file" if f.is_dir() else "not found"
             raise MissingData(f"{task.name}: {f} {what}; expected {_expected_files(task.source.format)} "
                               "there: set --data.data_dir to a folder laid out like ../shared/data "
@@ -157,7 +156,7 @@ def _from_hub(task: TaskDefinition, split: str, reader, max_rows: int | None) ->
     from datasets import load_dataset  # heavy import; only the hub path needs it
 
     source = task.source
-    if not source.hub_id:  # a benchmark published outside the hub (Counting-Stars): local files only
+    if not source.hub_id:  # a benchmark published outside the hub: local files only
         raise MissingData(f"{task.name}: {task.benchmark} has no hub copy; read local files: {_local_hint(task, split)}")
     # a reader whose hub set is not one config with a hub split per split (RULER: a config per length, all
     # tasks mixed in one split; InfiniteBench: a file per task, read with explicit features) lays the load out

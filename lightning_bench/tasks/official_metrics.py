@@ -1,6 +1,6 @@
 """A task's official metrics, as its definition lists them (`TaskDefinition.metrics`).
 
-The metric functions are pure (classification_metrics.py, squad/metrics.py); this module applies the ones a
+The metric functions are pure (metrics/classification.py, metrics/squad.py); this module applies the ones a
 task names to its predictions. Classification tasks (label names in their source) take class indices;
 STS-B takes float scores (Pearson, Spearman); ReCoRD takes answer strings and lists of gold strings;
 SQuAD takes answer strings keyed by question id (the official scripts' figures, percent).
@@ -12,7 +12,7 @@ from typing import Hashable, Mapping, Optional, Sequence
 
 from lightning_bench.tasks import TASKS, TaskDefinition
 from lightning_bench.errors import ConfigError, unknown_name
-from lightning_bench.tasks.classification_metrics import (accuracy, accuracy_by_subset, binary_f1, check_lengths,
+from lightning_bench.tasks.metrics.classification import (accuracy, accuracy_by_subset, binary_f1, check_lengths,
                                                      class_labels, correlations, gender_parity, macro_f1, matthews,
                                                      question_exact_match, record_metrics)
 
@@ -59,7 +59,7 @@ def compute_metrics(task: TaskDefinition, predictions: Sequence, references: Seq
         raise ConfigError(f"groups (question id per answer option) are required for {task.name} and only for "
                           "tasks scored per question (multirc)")
     if task.output_type == "generate_until":
-        from lightning_bench.tasks.squad.metrics import squad_v1_metrics, squad_v2_metrics
+        from lightning_bench.tasks.metrics.squad import squad_v1_metrics, squad_v2_metrics
 
         name = task.scorer  # squad_v1 / squad_v2: the official scripts' whole figure sets
         return squad_v1_metrics(predictions, references) if name == "squad_v1" else squad_v2_metrics(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from lightning_bench.tasks import (code, counting_stars, glue, infinitebench, long_context_rows, longbench, loogle,
                                    mmlu, multiwoz, open_qa, ruler, squad, summarization, superglue, zeroscrolls)
-from lightning_bench.tasks.definition import AGGREGATIONS, Benchmark, Suite, TaskDefinition
+from lightning_bench.tasks.definition import AGGREGATIONS, Benchmark, Suite, TaskDefinition, check_definition
 from lightning_bench.errors import ConfigError, unknown_name
 
 # the order benchmarks are listed and recorded in
@@ -16,10 +16,13 @@ SUITES: tuple[Suite, ...] = tuple(folder.SUITE for folder in (
 LISTED_IN_FULL = 20  # a benchmark with more tasks (MMLU) is listed as "<name>/<subject>" in messages
 
 
-def _build() -> tuple[dict[str, TaskDefinition], dict[str, Benchmark]]:
+def build(suites: tuple[Suite, ...]) -> tuple[dict[str, TaskDefinition], dict[str, Benchmark]]:
+    """(tasks by name, benchmarks by name) of `suites`; anything inconsistent is an AssertionError at import, so
+    a broken definition (no headline, no scorer, an unknown format) never reaches a run."""
+    readers, scorers = _merged(suites, "readers"), _merged(suites, "scorers")
     tasks: dict[str, TaskDefinition] = {}
     groups: dict[str, Benchmark] = {}
-    for suite in SUITES:
+    for suite in suites:
         for task in suite.tasks:
             if task.name in tasks:
                 raise AssertionError(f"task {task.name!r} is defined twice")
@@ -35,17 +38,20 @@ def _build() -> tuple[dict[str, TaskDefinition], dict[str, Benchmark]]:
         if missing:
             raise AssertionError(f"benchmark {group.name!r} lists undefined tasks {missing}")
     for task in tasks.values():
-        if task.source.format not in READERS:
-            raise AssertionError(f"task {task.name!r}: no suite reads its format {task.source.format!r}")
-        if task.scorer and task.scorer not in SCORERS and task.scorer not in OFFICIAL_GENERATION_SCORERS:
-            raise AssertionError(f"task {task.name!r}: no suite scores its family {task.scorer!r}")
+        problems = check_definition(task)
+        if task.source.format not in readers:
+            problems.append(f"no suite reads its format {task.source.format!r}")
+        if task.scorer and task.scorer not in scorers and task.scorer not in OFFICIAL_GENERATION_SCORERS:
+            problems.append(f"no suite scores its family {task.scorer!r}")
+        if problems:
+            raise AssertionError(f"task {task.name!r}: {'; '.join(problems)}")
     return tasks, groups
 
 
-def _merged(field: str) -> dict:
-    """{key: value} of one Suite mapping over all suites; a key declared twice is an error."""
+def _merged(suites: tuple[Suite, ...], field: str) -> dict:
+    """{key: value} of one Suite mapping over `suites`; a key declared twice is an error."""
     merged: dict = {}
-    for suite in SUITES:
+    for suite in suites:
         for key, value in getattr(suite, field).items():
             if key in merged:
                 raise AssertionError(f"{field} {key!r} is declared by two suites")
@@ -53,11 +59,12 @@ def _merged(field: str) -> dict:
     return merged
 
 
-READERS = _merged("readers")  # file format -> reader (read(task, paths), from_hub(task, split, rows))
-SCORERS = _merged("scorers")  # generation family -> scorer(task, rows, predictions, pairs)
-EXPECTED_FILES = _merged("expected_files")  # file format -> what a missing file should have been
-OFFICIAL_GENERATION_SCORERS = ("squad_v1", "squad_v2")  # scored by question id (official_metrics.py)
-TASKS, BENCHMARKS = _build()
+READERS = _merged(SUITES, "readers")  # file format -> reader (read(task, paths), from_hub(task, split, rows))
+SCORERS = _merged(SUITES, "scorers")  # generation family -> scorer(task, rows, predictions, pairs)
+EXPECTED_FILES = _merged(SUITES, "expected_files")  # file format -> what a missing file should have been
+# the generation families official_metrics.py scores by question id (SQuAD's official scripts), no suite's scorer
+OFFICIAL_GENERATION_SCORERS = ("squad_v1", "squad_v2")
+TASKS, BENCHMARKS = build(SUITES)
 BENCHMARK_ORDER = tuple(name for name, b in BENCHMARKS.items() if b.aggregation != "selection_only")
 
 

@@ -3,7 +3,7 @@ JSON file per cell (`{folder}/{cell.key}.json`) with the settings it was made un
 checksum: a damaged file is moved aside and the cell computed again; a cell of the earlier layout,
 without a checksum, is read as it is; a cell made under other settings is refused, never mixed in. Every
 write is atomic. A long group saves its progress after each example (`progress`). The sweep's one JSON
-(sweep/store.py) and the trainer's records (multi_dataset/records.py) offer the runner the same methods.
+(sweep/store.py) and the trainer's records (multi_dataset.py `RecordStore`) offer the runner the same methods.
 
 Two runs into one store compute each cell once: a cell, or a group computed together, is locked while a
 run computes it (`claim`: the groups no other run holds first, then the others once free). The locks

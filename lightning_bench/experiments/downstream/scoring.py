@@ -12,8 +12,8 @@ import numpy as np
 from scipy import stats
 
 from lightning_bench.tasks import get_task
-from lightning_bench.tasks.squad import metrics as squad_metrics
-from lightning_bench.tasks.bootstrap import figures
+from lightning_bench.tasks.metrics import squad as squad_metrics
+from lightning_bench.tasks.metrics.bootstrap import figures
 from lightning_bench.tasks.generative_scoring import is_generative, score_generative
 from lightning_bench.tasks.benchmark_scores import generation_prediction
 
@@ -24,7 +24,7 @@ PAIRED_METHOD = ("paired percentile bootstrap of the mean difference (cell - ref
 
 def primary_metric(task: str) -> str:
     """The per-example figure of `task` the summary, the retention and the paired intervals use."""
-    return get_task(task).headline  # every generate_until definition names one (check_definition)
+    return get_task(task).headline  # never None: the registry refuses a generation task without one
 
 
 def predictions(request, texts: list[str], tokens: list[int]) -> dict:

@@ -17,7 +17,6 @@ from lightning_bench.tasks.prompts import Generation
 from lightning_bench.errors import ConfigError
 from lightning_bench.tasks.datamodules.encoding import split_prompt
 from lightning_bench.experiments.downstream.config import DownstreamConfig
-from lightning_bench.experiments.downstream.scoring import primary_metric
 
 
 @dataclass
@@ -54,7 +53,6 @@ def build_prompts(cfg, tokenizer, max_length: int) -> tuple[dict[str, TaskPrompt
         if get_task(task).output_type != "generate_until":
             raise ConfigError(f"{task} is scored by log-likelihood, not generated: `downstream` compares KV-cache "
                               f"methods on generation; use `lightning_bench test --task {task} --sparsity ...`")
-        primary_metric(task)  # a task without a headline metric: one line now, not after its generation
     dm.setup("test")  # rows, requests, stop tokens; a prompt that cannot fit is a one-line error here
     out: dict[str, TaskPrompts] = {}
     for req in dm.requests:

@@ -39,7 +39,7 @@ def quiet_lightning():
 
 def windows_for(max_tokens: Optional[int], window: int, stride: int) -> Optional[int]:
     """Token windows needed to score the first `max_tokens` targets: the first window scores `window`
-    targets, each later one `stride` more (evaluation/windows.token_windows)."""
+    targets, each later one `stride` more (data/windows.token_windows)."""
     if max_tokens is None:
         return None
     return 1 + max(0, math.ceil((max_tokens - window) / stride))

@@ -8,7 +8,7 @@ CodeXGLUE's evaluator. HumanEval: the prompt (signature + docstring) completed a
 Codex paper's stop sequences, executed against the tests in a sandbox (tasks/code/sandbox.py);
 pass@k by the unbiased estimator. The completion tasks continue code, so they are not wrapped in a chat
 template (as bigcode-evaluation-harness's `humaneval`, unlike its `instruct-humaneval`).
-Files: tasks/code/codexglue_reader.py, humaneval.py; hub: google/code_x_glue_ct_code_to_text,
+Files: tasks/code/codexglue_reader.py, humaneval_reader.py; hub: google/code_x_glue_ct_code_to_text,
 google/code_x_glue_cc_code_completion_line, openai/openai_humaneval.
 """
 

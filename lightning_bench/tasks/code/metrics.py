@@ -17,7 +17,7 @@ from typing import Sequence, Union
 import numpy as np
 
 from lightning_bench.errors import ConfigError, unknown_name
-from lightning_bench.tasks.bootstrap import mean_ci
+from lightning_bench.tasks.metrics.bootstrap import mean_ci
 
 References = Sequence[Union[str, Sequence[str]]]  # one reference per sample, or several
 

@@ -3,7 +3,7 @@ HumanEval's pass@k over completions run in the sandbox of sandbox.py (never in t
 
 from __future__ import annotations
 
-from lightning_bench.tasks.bootstrap import figures
+from lightning_bench.tasks.metrics.bootstrap import figures
 
 
 def _smoothed_bleu(task, rows, preds, pairs):

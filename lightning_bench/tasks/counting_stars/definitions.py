@@ -23,6 +23,7 @@ QUESTION = ("On this moonlit and misty night, the little penguin is looking up a
 QUESTIONS = {"searching": QUESTION.format(what="number", counted="counted number of"),
              "reasoning": QUESTION.format(what="correct number", counted="correctly counted number of")}
 SEPARATOR = "\n\n\n\n"  # between the context and the question, as the benchmark writes its prompts
+PIECES_PER_TOKEN = 0.8  # the English sets' haystack pieces per nominal token (a length of 4000 = 3200 pieces)
 TITLES = {"searching": "multi-evidence searching", "reasoning": "multi-evidence reasoning"}
 FIELDS = ("the release files' question, retrieval_question, reference_counting_results, context_size; "
           "generated rows: context, question, counts, distractors, star_depths, length, context_size")
@@ -41,7 +42,8 @@ def _task(short: str) -> TaskDefinition:
         source=Source("", None, "counting_stars", file_fields=FIELDS), output_type="generate_until",
         template=prompt, template_version=f"{name}@1", scorer="counting_stars", headline="score",
         splits=Splits(eval="test", train=None, fewshot=None), answer_field="answers",
-        # 32 counts of up to 3 digits as JSON: ~170 SmolLM2 tokens; no stop string (the JSON is the answer)
+        # 32 counts of up to 3 digits as JSON: 138-143 SmolLM2 tokens; a generated row gives its own limit (8 a
+        # count); no stop string (the JSON is the answer)
         generation=GenerationSettings(stop=(), max_new_tokens=256, document="context", chat=True))
 
 

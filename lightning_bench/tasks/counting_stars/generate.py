@@ -37,7 +37,7 @@ from lightning_bench.data.options import NonNegativeInt, PositiveInt, parse_comm
 from lightning_bench.errors import ConfigError, MissingData
 from lightning_bench.options import OpenClosedUnitInterval
 from lightning_bench.results.io import check_output, write_text_atomic
-from lightning_bench.tasks.counting_stars.definitions import QUESTIONS
+from lightning_bench.tasks.counting_stars.definitions import PIECES_PER_TOKEN, QUESTIONS
 
 GENERATOR = "lightning_bench.tasks.counting_stars.generate@1"
 Task = Literal["searching", "reasoning"]
@@ -58,7 +58,10 @@ def star_counts(stars: int, seed: int) -> tuple[list[int], list[int]]:
     rng = random.Random(f"counting_stars:{stars}:{seed}")
     counts = [4 * i + rng.randint(1, 3) for i in range(stars)]  # distinct, never adjacent: a +- 1 is no count
     rng.shuffle(counts)
-    return counts, [a + rng.choice((-1, 1)) for a in counts]
+    wrong: list[int] = []
+    for a in counts:  # distinct and positive, as the benchmark's own lists are (a +- 1 inside a's block always is)
+        wrong.append(rng.choice([r for r in (a - 1, a + 1) if r > 0 and r not in wrong]))
+    return counts, wrong
 
 
 def read_haystack(path: str | Path) -> tuple[str, list[dict]]:
@@ -68,8 +71,10 @@ def read_haystack(path: str | Path) -> tuple[str, list[dict]]:
     if not files or not all(f.is_file() for f in files):
         raise MissingData(f"counting_stars_generate: --haystack {path}: no text found; give a .txt file or a "
                           "folder of them (e.g. ../shared/data/pg19)")
-    texts = [f.read_text(encoding="utf-8", errors="replace") for f in files]
-    sources = [{"path": str(f), "sha256": hashlib.sha256(t.encode()).hexdigest()} for f, t in zip(files, texts)]
+    raw = [f.read_bytes() for f in files]
+    sources = [{"path": str(f), "sha256": hashlib.sha256(b).hexdigest()} for f, b in zip(files, raw)]
+    # newlines made spaces, as the benchmark reads its essays (universal newlines: CRLF is one newline)
+    texts = [b.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n") for b in raw]
     return "".join(t.replace("\n", " ") for t in texts), sources
 
 
@@ -89,7 +94,14 @@ def make_row(task: str, haystack: str, length: int, scale: float, counts: list[i
     marks = [context.index(SENTENCES[task].format(a=a, r=r)) for a, r in zip(counts, wrong)]
     return {"id": f"{task}-{length}", "task": task, "context": context, "question": QUESTIONS[task],
             "counts": counts, **({"distractors": wrong} if task == "reasoning" else {}), "length": length,
-            "context_size": pieces, "star_depths": [round(100.0 * m / len(context), 2) for m in marks]}
+            "context_size": pieces, "star_depths": [round(100.0 * m / len(context), 2) for m in marks],
+            "max_new_tokens": answer_tokens(len(counts))}
+
+
+def answer_tokens(stars: int) -> int:
+    """The new-token limit of a row with `stars` counts: the JSON answer takes ~4.4 SmolLM2 tokens a count (32
+    counts: 138-143 tokens), so 8 a count leaves room for any tokenizer's digits and a code fence."""
+    return 8 * stars
 
 
 @dataclass
@@ -106,7 +118,7 @@ class CountingStarsConfig:
     """searching, reasoning or both"""
     stars: PositiveInt = 32
     """evidence sentences per row (the benchmark's M; 32 uses its own counts)"""
-    scale: OpenClosedUnitInterval = 0.8
+    scale: OpenClosedUnitInterval = PIECES_PER_TOKEN
     """haystack pieces per nominal token (the benchmark's English sets: 0.8)"""
     seed: NonNegativeInt = 0
     """the seed of the counts when --stars is not 32"""

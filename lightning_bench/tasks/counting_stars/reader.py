@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from lightning_bench.errors import ConfigError
-from lightning_bench.tasks.counting_stars.definitions import QUESTIONS, SEPARATOR
+from lightning_bench.tasks.counting_stars.definitions import PIECES_PER_TOKEN, QUESTIONS, SEPARATOR
 from lightning_bench.tasks.generative_readers import Reader, json_rows, no_reference
 
 EXPECTED = ("Counting-Stars JSON lines: the release files' question, retrieval_question, "
@@ -45,12 +45,16 @@ def _release_row(task, row: dict, where: str) -> dict:
         if [a for _, a in corrections] != counts:
             raise ConfigError(f"{task.name}: {where}: its correction sentences do not give the counts "
                               "reference_counting_results lists; is it a searching file?")
-        return {"context": context, "question": question, "counts": counts, "distractors": [w for w, _ in corrections],
-                "context_size": row.get("context_size")}
-    if corrections:
+        out = {"context": context, "question": question, "counts": counts, "distractors": [w for w, _ in corrections]}
+    elif corrections:
         raise ConfigError(f"{task.name}: {where} holds correction sentences: a reasoning file; read it as "
                           "counting_stars/reasoning")
-    return {"context": context, "question": question, "counts": counts, "context_size": row.get("context_size")}
+    else:
+        out = {"context": context, "question": question, "counts": counts}
+    size = row.get("context_size")
+    if isinstance(size, int) and size > 0:  # the nominal length, as the benchmark's plots label it (pieces / 0.8)
+        out.update(context_size=size, length=round(size / PIECES_PER_TOKEN))
+    return out
 
 
 def _row(task, row: dict, where: str, position: int) -> dict:
@@ -64,8 +68,8 @@ def _row(task, row: dict, where: str, position: int) -> dict:
         missing = [k for k in ("context", "question", "counts") if k not in row]
         if missing:
             raise ConfigError(f"{task.name}: {where} has no {', '.join(missing)}; expected {EXPECTED}")
-        out = {k: row[k] for k in ("context", "question", "distractors", "context_size", "length", "star_depths")
-               if k in row}
+        out = {k: row[k] for k in ("context", "question", "distractors", "context_size", "length", "star_depths",
+                                   "max_new_tokens") if k in row}
         out["counts"] = _counts(task, where, row["counts"])
     if task.short_name == "reasoning" and len(out.get("distractors") or ()) != len(out["counts"]):
         raise ConfigError(f"{task.name}: {where}: a reasoning row needs one wrong count per count (`distractors`)")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 
-from lightning_bench.tasks.bootstrap import figures
+from lightning_bench.tasks.metrics.bootstrap import figures
 
 
 def parse_counts(prediction: str) -> list | None:

@@ -1,5 +1,5 @@
 """Downstream requests encoded for a causal LM: the data preparation of prompted scoring (the scoring
-itself is evaluation/request_scoring.py, which imports this; data never imports evaluation's scoring).
+itself is evaluation/request_scoring.py, which imports this; the task layer never imports evaluation).
 
 Tokenisation follows lm-evaluation-harness: the continuation tokens are those of
 encode(context + continuation) after the longest common prefix with encode(context), so a token that

@@ -3,7 +3,7 @@ each x100 and reported as `score` (per sample, and as the mean with its bootstra
 benchmark's task_means average and `lightning_bench downstream` compare one figure across tasks.
 
 The gold is what the evaluation scripts pass on (the reader's `answers`: tasks/infinitebench/
-infinitebench.py); the rules, as compute_scores.py applies them to a prediction:
+reader.py); the rules, as compute_scores.py applies them to a prediction:
 - passkey, number_string: the first run of digits in the prediction equals the answer (a string compare).
 - kv_retrieval: after \\n : " ' . , ? ! { } become spaces, the answer is one of the whitespace-split words
   (anywhere in the prediction, not only the first).
@@ -39,9 +39,9 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from lightning_bench.tasks.bootstrap import figures
-from lightning_bench.tasks.open_qa.metrics import token_f1
-from lightning_bench.tasks.summarization.metrics import rouge_per_sample
+from lightning_bench.tasks.metrics.bootstrap import figures
+from lightning_bench.tasks.metrics.open_qa import token_f1
+from lightning_bench.tasks.metrics.rouge import rouge_per_sample
 
 _KV_SEPARATORS = ("\n", ":", '"', "'", ".", ",", "?", "!", "{", "}")
 _MC_SEPARATORS = ("\n", '"', "'", ".", ",", "?", "!", "{", "}")

@@ -5,8 +5,8 @@ bootstrap 95% CIs."""
 
 from __future__ import annotations
 
-from lightning_bench.tasks.squad import metrics as squad_metrics
-from lightning_bench.tasks.bootstrap import figures
+from lightning_bench.tasks.metrics import squad as squad_metrics
+from lightning_bench.tasks.metrics.bootstrap import figures
 
 
 def _score(task, rows, preds, pairs):

@@ -1,4 +1,4 @@
-"""LongBench scorers (issue 16): SCORERS maps a metric family (a definition's metrics[0]) to
+"""LongBench scorers (issue 16): SCORERS maps a scoring family (a definition's `scorer`) to
 scorer(task, rows, predictions, pairs) -> (figures, per-sample scores), as tasks/generative_scoring.py.
 
 Re-implemented from the official scripts (THUDM/LongBench: `LongBench/metrics.py`, `LongBench/eval.py`;
@@ -61,8 +61,8 @@ from functools import lru_cache
 from typing import Callable, Optional, Sequence
 
 from lightning_bench.errors import ConfigError
-from lightning_bench.tasks.open_qa.metrics import bag_f1
-from lightning_bench.tasks.bootstrap import figures
+from lightning_bench.tasks.metrics.open_qa import bag_f1
+from lightning_bench.tasks.metrics.bootstrap import figures
 from lightning_bench.tasks.longbench.rouge_package import rouge_l_f
 
 # ---- per-task setup (LongBench/eval.py) ----------------------------------------------------------------

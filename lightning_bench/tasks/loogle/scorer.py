@@ -39,7 +39,7 @@ from collections import Counter
 
 import numpy as np
 
-from lightning_bench.tasks.bootstrap import figures
+from lightning_bench.tasks.metrics.bootstrap import figures
 from lightning_bench.tasks.longbench import rouge_package
 
 OMITTED = ["meteor", "bertscore", "gpt4_score"]

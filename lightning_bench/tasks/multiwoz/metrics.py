@@ -27,7 +27,7 @@ from typing import Mapping, Sequence, Union
 
 from lightning_bench.tasks.multiwoz.definitions import MULTIWOZ21_SLOTS  # the task definition owns them
 from lightning_bench.errors import ConfigError
-from lightning_bench.tasks.bootstrap import mean_ci
+from lightning_bench.tasks.metrics.bootstrap import mean_ci
 
 _DONTCARE = {"dont care", "don't care", "do not care"}
 _GENERAL_TYPOS = {  # fix_label.py's GENERAL_TYPO, in its groups

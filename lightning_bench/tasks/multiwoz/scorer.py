@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lightning_bench.tasks.bootstrap import figures
+from lightning_bench.tasks.metrics.bootstrap import figures
 
 
 def score(task, rows, preds, pairs):

@@ -3,7 +3,7 @@ reading-comprehension setting (`rc`: the question with its evidence documents) a
 (`unfiltered`, the closed-book setting).
 
 Scored by exact match and token F1, the max over the gold answers (TriviaQA: every alias), after each
-benchmark's official answer normalisation (tasks/open_qa/metrics.py). SQuAD v2 (squad.py) is the
+benchmark's official answer normalisation (tasks/metrics/open_qa.py). SQuAD v2 (tasks/squad/definitions.py) is the
 extractive member of the `qa` group. Files: tasks/open_qa/reader.py; hub:
 google-research-datasets/nq_open, mandarjoshi/trivia_qa (rc / unfiltered.nocontext).
 """

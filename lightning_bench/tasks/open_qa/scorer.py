@@ -3,13 +3,13 @@ benchmark's official script does (metrics.py)."""
 
 from __future__ import annotations
 
-from lightning_bench.tasks.bootstrap import figures
+from lightning_bench.tasks.metrics.bootstrap import figures
 
 STYLES = {"open_qa_nq": "nq_open", "open_qa_triviaqa": "triviaqa"}  # scoring family -> answer normalisation
 
 
 def score(task, rows, preds, pairs):
-    from lightning_bench.tasks.open_qa.metrics import open_qa_per_sample
+    from lightning_bench.tasks.metrics.open_qa import open_qa_per_sample
 
     style = STYLES[task.scorer]
     per = open_qa_per_sample(preds, [list(row["answers"]) for row in rows], style)

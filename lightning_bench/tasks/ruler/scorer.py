@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from lightning_bench.tasks.bootstrap import figures
+from lightning_bench.tasks.metrics.bootstrap import figures
 
 CONTROL = re.compile(r"[\x00-\x1f]")
 

@@ -2,7 +2,7 @@
 Multi-News (Fabbri et al., 2019), prompted zero-shot as instructions.
 
 Scored with ROUGE-1/2/L/Lsum F1 (the `rouge-score` package, stemming on; Lsum over newline-split
-sentences, as CNN/DM is scored), mean and bootstrap 95% CI (tasks/summarization/metrics.py).
+sentences, as CNN/DM is scored), mean and bootstrap 95% CI (tasks/metrics/rouge.py).
 Files: tasks/summarization/reader.py (CNN/DM `.story` or the hub layout, XSum, Multi-News);
 hub: abisee/cnn_dailymail 3.0.0, EdinburghNLP/xsum, alexfabbri/multi_news. An article too long for the
 model loses its middle (never the instruction).

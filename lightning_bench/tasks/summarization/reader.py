@@ -120,7 +120,7 @@ def _cnn_rows(task, rows: list[dict], where: str) -> list[dict]:
     return out
 
 
-CNN_DAILYMAIL = Reader(_cnn_file_rows, _cnn_rows)
+CNN_DAILYMAIL = Reader(_cnn_file_rows, _cnn_rows, reads_folders=True)
 
 # -- XSum ----------------------------------------------------------------------------------------------
 XSUM_EXPECTED = "XSum rows with document, summary (id optional) or H2O's XSum prompts with article, summary_gt"

@@ -3,11 +3,11 @@ CIs."""
 
 from __future__ import annotations
 
-from lightning_bench.tasks.bootstrap import figures
+from lightning_bench.tasks.metrics.bootstrap import figures
 
 
 def score(task, rows, preds, pairs):
-    from lightning_bench.tasks.summarization.metrics import rouge_per_sample
+    from lightning_bench.tasks.metrics.rouge import rouge_per_sample
 
     per = rouge_per_sample(preds, [row[task.answer_field] for row in rows])
     return figures(per, ("rouge1", "rouge2", "rougeL", "rougeLsum")), per

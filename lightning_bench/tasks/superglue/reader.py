@@ -13,7 +13,7 @@
 - AX-g (Winogender diagnostics, AX-g/AX-g.jsonl): premise, hypothesis, idx, pair_id, label (as AX-b).
 
 The fields each task keeps and its label names are the task's definition (tasks/superglue/
-superglue.py). Rows as `datasets` gives them for aps/super_glue (flat; MultiRC/ReCoRD `idx` a dict; labels ints) are
+definitions.py). Rows as `datasets` gives them for aps/super_glue (flat; MultiRC/ReCoRD `idx` a dict; labels ints) are
 accepted as well, and the output follows that format, so hub and local rows are identical: ReCoRD
 keeps the passage text as is and lists the unique entities and answers sorted, as the HF builder does.
 """

@@ -1,4 +1,4 @@
-"""ZeroSCROLLS scorers (issue 16): SCORERS maps a metric family (a definition's metrics[0]) to
+"""ZeroSCROLLS scorers (issue 16): SCORERS maps a metric family (a definition's `scorer`) to
 scorer(task, rows, predictions, pairs) -> (figures, per-sample scores), as tasks/generative_scoring.py.
 
 Re-implemented from the benchmark's definitions (Shaham et al., 2023, section 3.3) and its official metric
@@ -7,7 +7,7 @@ task reports its official task score as "score" (x100), so the benchmark's task 
 ZeroSCROLLS score; a row with several references (NarrativeQA, Qasper, SQuALITY) keeps the max over them.
 
 - ROUGE (gov_report, summ_screen_fd, qmsum, squality): rouge-score's ROUGE-1, ROUGE-2 and ROUGE-L F1 with
-  Porter stemming (tasks/summarization/metrics.py), each the max over the references per sample and
+  Porter stemming (tasks/metrics/rouge.py), each the max over the references per sample and
   then averaged over samples; the task score is the geometric mean of the three averages
   (rouge1 x rouge2 x rougeL)^(1/3), its 95% interval a paired bootstrap of that statistic. (The official
   script also writes sentences on new lines for ROUGE-Lsum, which does not change ROUGE-L.)
@@ -40,7 +40,7 @@ from collections import Counter
 from typing import Optional, Sequence
 
 from lightning_bench.errors import ConfigError
-from lightning_bench.tasks.bootstrap import figures
+from lightning_bench.tasks.metrics.bootstrap import figures
 
 TASK_METRIC = {
     "gov_report": "rouge", "summ_screen_fd": "rouge", "qmsum": "rouge", "squality": "rouge",
@@ -159,7 +159,7 @@ def metric_of(task) -> str:
 
 def rouge_sample(prediction: str, references: Sequence[str]) -> dict:
     """{rouge1, rouge2, rougeL}: each F1 x100, the max over the references."""
-    from lightning_bench.tasks.summarization.metrics import rouge_per_sample
+    from lightning_bench.tasks.metrics.rouge import rouge_per_sample
 
     scores = rouge_per_sample([prediction] * len(references), list(references))
     return {t: max(s[t] for s in scores) for t in ROUGE_TYPES}

@@ -20,7 +20,7 @@ from functools import lru_cache
 from typing import Sequence
 
 from lightning_bench.errors import ConfigError
-from lightning_bench.tasks.bootstrap import mean_ci
+from lightning_bench.tasks.metrics.bootstrap import mean_ci
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 

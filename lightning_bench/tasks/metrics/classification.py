@@ -31,7 +31,7 @@ from torchmetrics.functional.classification import (
 )
 
 from lightning_bench.errors import ConfigError
-from lightning_bench.tasks.squad.metrics import exact_match_score, f1_score
+from lightning_bench.tasks.metrics.squad import exact_match_score, f1_score
 
 def check_lengths(predictions: Sequence, references: Sequence, *others: tuple[str, Sequence | None]) -> None:
     if len(predictions) == 0:

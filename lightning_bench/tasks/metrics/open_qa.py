@@ -26,8 +26,8 @@ from collections import Counter
 from typing import Sequence
 
 from lightning_bench.errors import ConfigError, unknown_name
-from lightning_bench.tasks.squad import metrics as squad_metrics
-from lightning_bench.tasks.bootstrap import mean_ci
+from lightning_bench.tasks.metrics import squad as squad_metrics
+from lightning_bench.tasks.metrics.bootstrap import mean_ci
 
 STYLES = ("squad", "triviaqa", "nq_open")
 

@@ -6,7 +6,7 @@ answers, percent scale, no-answer threshold and best-threshold search, with the 
 
 One deliberate difference: `f1_score` always uses the v2.0 no-answer rule (an empty prediction on an
 empty gold scores 1). v1.1's F1 scores that pair 0 (it never has empty golds, so its numbers on real
-SQuAD v1.1 data are unchanged); ReCoRD (see classification_metrics.py) reuses these per-pair functions.
+SQuAD v1.1 data are unchanged); ReCoRD (see metrics/classification.py) reuses these per-pair functions.
 """
 
 from __future__ import annotations
