@@ -103,9 +103,9 @@ def test_generate_then_test_and_downstream_on_the_tiny_model(tiny_hf, shared_dat
     code, out, err = run(["counting_stars_generate", "--haystack", str(shared_data / "pg19" / "test"),
                           "--lengths", "60", "120", "--stars", "4", "--data_dir", str(data / "counting_stars")], capsys)
     assert code == 0, err
-    manifest = json.loads((data / "counting_stars" / "manifest.json").read_text())
-    book = Path(manifest["haystack"][0]["path"])
-    assert manifest["stars"] == 4 and manifest["haystack"][0]["sha256"] == hashlib.sha256(book.read_bytes()).hexdigest()
+    made = json.loads((data / "counting_stars" / "manifest.json").read_text())["searching"]["arguments"]
+    book = Path(made["haystack"][0]["path"])
+    assert made["stars"] == 4 and made["haystack"][0]["sha256"] == hashlib.sha256(book.read_bytes()).hexdigest()
     code, _, err = run(["test", "--model", "hf", "--model.pretrained", str(tiny_hf), "--task", "counting_stars",
                         "--data.data_dir", str(data), "--data.max_new_tokens", "8", "--trainer.enable_progress_bar",
                         "false", "--trainer.logger", "false"], capsys)

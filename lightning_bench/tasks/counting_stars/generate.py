@@ -21,7 +21,8 @@ drew them (one value in each block [4i+1, 4i+3], shuffled; r = a +- 1) from `--s
 haystack is Paul Graham's essays, which are not distributed with it: any local text serves (a .txt file or
 a folder of them, read in sorted order), and the manifest names it with its sha256.
 
-Writes DATA_DIR/<task>.jsonl (one row per length, atomically) and DATA_DIR/manifest.json.
+Writes DATA_DIR/<task>.jsonl (one row per length, atomically) and its entry in DATA_DIR/manifest.json; an
+existing <task>.jsonl made with other arguments is refused (tasks/generated_sets.py).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from lightning_bench.data.options import NonNegativeInt, PositiveInt, parse_comm
 from lightning_bench.errors import ConfigError, MissingData
 from lightning_bench.options import OpenClosedUnitInterval
 from lightning_bench.results.io import check_output, write_text_atomic
+from lightning_bench.tasks.generated_sets import check_replaceable, normalized, read_manifest
 from lightning_bench.tasks.counting_stars.definitions import PIECES_PER_TOKEN, QUESTIONS
 
 GENERATOR = "lightning_bench.tasks.counting_stars.generate@1"
@@ -134,16 +136,21 @@ def main(argv: list[str]) -> int:
                          spellings={"--lengths": ["--length"]})
     out = check_output("--data_dir", args.data_dir)  # before the haystack is read
     haystack, sources = read_haystack(args.haystack)
+    arguments = {"generator": GENERATOR, "lengths": args.lengths, "scale": args.scale, "stars": args.stars,
+                 "seed": args.seed, "haystack": sources}
+    manifest = read_manifest(out / "manifest.json")
+    for task in args.task:
+        check_replaceable(out / f"{task}.jsonl", manifest.get(task), arguments, "--data_dir")
     counts, wrong = star_counts(args.stars, args.seed)
     rows = {task: [make_row(task, haystack, n, args.scale, counts, wrong) for n in args.lengths]
             for task in args.task}  # every row made before any file is written
-    manifest = {"generator": GENERATOR, "lengths": args.lengths, "scale": args.scale, "stars": args.stars,
-                "seed": args.seed, "counts": "the benchmark's (32 stars)" if args.stars == 32 else "drawn from seed",
-                "haystack": sources, "length_is": "nominal tokens: int(scale x length) space-separated pieces"}
     out.mkdir(parents=True, exist_ok=True)
     for task, task_rows in rows.items():
         path = write_text_atomic(out / f"{task}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n"
                                                                    for r in task_rows))
         print(f"{task}: {len(task_rows)} rows ({args.stars} stars) at {', '.join(map(str, args.lengths))} -> {path}")
-    write_text_atomic(out / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        manifest[task] = {"arguments": normalized(arguments),
+                          "counts": "the benchmark's (32 stars)" if args.stars == 32 else "drawn from seed",
+                          "length_is": "nominal tokens: int(scale x length) space-separated pieces"}
+        write_text_atomic(out / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return 0

@@ -57,6 +57,7 @@ from typing import Callable, Literal, Optional, Sequence, get_args
 
 from lightning_bench.data.options import ClosedUnitInterval, NonNegativeInt, PositiveInt, parse_command
 from lightning_bench.errors import ConfigError
+from lightning_bench.tasks.generated_sets import check_replaceable, normalized, read_manifest
 from lightning_bench.results.io import check_output, write_text_atomic
 
 # @2: rows record target_length and depth; @3: the prompt counted with its answer prefix
@@ -240,6 +241,12 @@ def write_jsonl(rows: list[dict], path: str | Path, manifest: dict | None = None
     return path
 
 
+def arguments_of(tokenizer, depths: Sequence[float], per_depth: int, seed: int) -> dict:
+    """What decides a task's rows at one length (generated_sets.py: a file is replaced only under the same)."""
+    return {"generator": GENERATOR, "depths": list(depths), "per_depth": per_depth, "seed": seed,
+            "tokenizer": tokenizer.describe()}
+
+
 def write_sets(task: str, tokenizer, out: str | Path, lengths: Sequence[int], depths: Sequence[float],
                per_depth: int = 1, seed: int = 0) -> list[Path]:
     """<out>/<length>/<task>.jsonl for each length (ids from 0 in each), counted as RULER counts (prompt_count),
@@ -252,13 +259,14 @@ def write_sets(task: str, tokenizer, out: str | Path, lengths: Sequence[int], de
         folder = Path(out) / str(length)
         paths.append(write_jsonl(rows, folder / f"{task}.jsonl"))
         manifest_path = folder / "manifest.json"
-        manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+        manifest = read_manifest(manifest_path)
         counted = [measure(r["context"], r["input"]) for r in rows]
         manifest[task] = {"generator": GENERATOR, "rows": len(rows), "target_length": length,
                           "length_is": "prompt tokens (chat template applied if the tokenizer has one) + the "
                                        "task's max_new_tokens, as RULER counts", "length_min": min(counted),
                           "length_max": max(counted), "depths": list(depths), "per_depth": per_depth, "seed": seed,
-                          "tokenizer": tokenizer.describe()}
+                          "tokenizer": tokenizer.describe(),
+                          "arguments": normalized(arguments_of(tokenizer, depths, per_depth, seed))}
         write_text_atomic(manifest_path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return paths
 
@@ -312,6 +320,16 @@ def main(argv: list[str]) -> int:
 
     depths = args.depth if args.depth else depths_of(args.depths)
     tokenizer = HFTokenizer(args.tokenizer)
+    arguments = arguments_of(tokenizer, depths, args.per_depth, args.seed)
+    for task in args.task:  # nothing is drawn before every file to be written is known replaceable
+        if args.data_dir:
+            for length in args.lengths:
+                folder = Path(args.data_dir) / str(length)
+                check_replaceable(folder / f"{task}.jsonl", read_manifest(folder / "manifest.json").get(task),
+                                  arguments, "--data_dir")
+        else:
+            check_replaceable(args.output, read_manifest(f"{args.output}.manifest.json"),
+                              {**arguments, "task": task, "lengths": args.lengths}, "-o")
     for task in args.task:
         if args.data_dir:
             paths = write_sets(task, tokenizer, args.data_dir, args.lengths, depths, args.per_depth, args.seed)
@@ -319,7 +337,8 @@ def main(argv: list[str]) -> int:
             rows = generate(task, tokenizer, args.lengths, depths, args.per_depth, args.seed)
             manifest = {"generator": GENERATOR, "task": task, "rows": len(rows), "lengths": args.lengths,
                         "length_is": "context tokens", "depths": depths, "per_depth": args.per_depth,
-                        "seed": args.seed, "tokenizer": tokenizer.describe()}
+                        "seed": args.seed, "tokenizer": tokenizer.describe(),
+                        "arguments": normalized({**arguments, "task": task, "lengths": args.lengths})}
             paths = [write_jsonl(rows, args.output, manifest)]
         print(f"{task}: {len(depths)} depths x {args.per_depth} at {', '.join(map(str, args.lengths))} tokens -> "
               f"{', '.join(map(str, paths))}")

@@ -70,6 +70,7 @@ from typing import Callable, Literal, Optional, Sequence, get_args
 from lightning_bench.data.options import NonNegativeInt, Percent, PositiveInt, parse_command
 from lightning_bench.tasks.ruler.definitions import SPECS, TASK_NAMES, tokens_to_generate
 from lightning_bench.errors import ConfigError, MissingData, unknown_name
+from lightning_bench.tasks.generated_sets import check_replaceable, normalized, read_manifest
 from lightning_bench.results.io import check_output, write_text_atomic
 
 GENERATOR_VERSION = 3  # 3: stratified answer depths by default, the space after cwe's example "are:", the chat template counted; 2: depths over the haystack alone (1 counted the needles)
@@ -855,10 +856,27 @@ def main(argv: Optional[list[str]] = None) -> int:
     # the chat template the run will wrap the rows in (--chat_template auto), counted in the length as RULER's
     # --model_template_token: a row of N tokens then fits --max_context N whole, its needles uncut
     template = chat_template_tokens(tokenizer) if args.chat_template else 0
+
+    def source_of(task: str) -> Optional[dict]:
+        kind = {"qa_1": "squad", "qa_2": "hotpotqa"}.get(task, "essay")
+        return sources.get(kind) if kind != "essay" or SPECS[task][1].get("haystack") == "essay" else None
+
+    def arguments(task: str) -> dict:  # what decides a task's rows, besides its length
+        needle = SPECS[task][0] in ("niah", "qa")
+        return {"generator": GENERATOR_VERSION, "num_samples": args.num_samples, "seed": args.seed,
+                "haystack": args.haystack if SPECS[task][1].get("haystack") == "essay" else None,
+                "source": source_of(task), "depth": args.depth if needle else None,
+                "depths": args.depths if needle and args.depth is None else None, "words": args.words,
+                "tokenizer": tokenizer.describe(), "model_template_tokens": template}
+
+    for length in args.lengths:  # nothing is drawn before every file to be written is known replaceable
+        manifest = read_manifest(out / str(length) / "manifest.json")
+        for task in tasks:
+            check_replaceable(out / str(length) / f"{task}.jsonl", manifest.get(task), arguments(task), "--data_dir")
     for length in args.lengths:
         folder = out / str(length)
         manifest_path = folder / "manifest.json"
-        manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+        manifest = read_manifest(manifest_path)
         for task in tasks:
             depth = args.depth if SPECS[task][0] in ("niah", "qa") else None  # --depth: the tasks with a needle
             rows = generate_task(task, tokenizer, length, args.num_samples, seed=args.seed, haystack=args.haystack,
@@ -874,7 +892,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                               else args.depths,
                               "tokenizer": tokenizer.describe(), "source": sources.get(source),
                               "model_template_tokens": template,
-                              "length_min": min(lengths), "length_max": max(lengths)}
+                              "length_min": min(lengths), "length_max": max(lengths),
+                              "arguments": normalized(arguments(task))}
             write_text_atomic(manifest_path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
             print(f"ruler/{task} @{length}: {len(rows)} rows, lengths {min(lengths)}-{max(lengths)} -> {path}")
     return 0
