@@ -82,6 +82,10 @@ def test_answers_are_parsed_as_the_benchmark_parses_them(answer, expected):
     assert parse_counts(answer) == expected
 
 
+def test_degenerate_nesting_is_unparsable_not_a_crash():
+    assert parse_counts("[" * 100_000) is None and parse_counts("```json\n" + "[" * 5_000 + "\n```") is None
+
+
 def test_star_scores_worked_by_hand():
     counts, wrong = [15, 117, 42, 69], [16, 116, 43, 70]
     assert star_scores([15, 42, 7], counts) == [1, 0, 1, 0]

@@ -32,7 +32,7 @@ def parse_counts(prediction: str) -> list | None:
             value = json_repair.loads(text.replace("```", "").replace("json", "").strip())
         else:
             value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # a degenerate answer ("[[[[...") nests past Python's recursion limit
         return None
     counts = value.get("little_penguin") if isinstance(value, dict) else None
     return counts if isinstance(counts, list) else None
