@@ -2,6 +2,7 @@
 
     python benchmarks/downstream_table.py RESULTS_JSON [--protocols query_aware query_agnostic]
     python benchmarks/downstream_table.py RESULTS_DIR/NAME/cells   # a grid still running: its finished cells
+    python benchmarks/downstream_table.py ... --ci   # each score with its 95% CI: "97.5 [92.5, 100.0]"
 
 One table per protocol: a row per task (its headline metric, percent), a column per method and
 compression level (dense once), a last row with the mean over the tasks every column has; then the
@@ -9,7 +10,8 @@ compute each (task, protocol) group took, from its cells' own timing: the shared
 (the smallest prefill_seconds of the group's cells made by one run: every cell's counts that prefill whole plus
 its own compression; a group whose cells came from several runs, e.g. dense first, counts each run's prefill),
 each cell's compression (its prefill_seconds minus its run's prefill) and every cell's decoding.
-The driver's `{name}_summary.txt` has the per-cell CIs; this only lays the headline figures out.
+`--ci` prints each cell's own 95% bootstrap CI beside its score (the cell's `<metric>_ci95`); the driver's
+`{name}_summary.txt` has the paired differences against dense and h2o with theirs.
 """
 
 import argparse
@@ -26,24 +28,33 @@ def column(cell: dict) -> str:
     return "dense" if cell["method"] == "dense" else f"{cell['method']} {cell['level']:g}"
 
 
-def tables(cells: list[dict], protocol: str) -> list[str]:
+def score_text(cell: dict, ci: bool) -> str:
+    value = cell["metrics"][cell["primary_metric"]]
+    bounds = cell["metrics"].get(f"{cell['primary_metric']}_ci95") if ci else None
+    return f"{value:.1f}" + (f" [{bounds[0]:.1f}, {bounds[1]:.1f}]" if bounds else "")
+
+
+def tables(cells: list[dict], protocol: str, ci: bool = False) -> list[str]:
     mine = [c for c in cells if c["compression_protocol"] == protocol]
     if not mine:
         return []
     columns = list(dict.fromkeys(column(c) for c in mine))
     scores: dict[str, dict[str, float]] = defaultdict(dict)
+    shown: dict[str, dict[str, str]] = defaultdict(dict)
     metric: dict[str, str] = {}
     groups: dict[str, list[dict]] = defaultdict(list)
     for c in mine:
         scores[c["task"]][column(c)] = c["metrics"][c["primary_metric"]] if c["primary_metric"] in c["metrics"] \
             else next(v for k, v in c["metrics"].items() if isinstance(v, (int, float)))
+        shown[c["task"]][column(c)] = score_text(c, ci) if c["primary_metric"] in c["metrics"] \
+            else f"{scores[c['task']][column(c)]:.1f}"
         metric[c["task"]] = c["metrics"].get("metric", c["primary_metric"])
         groups[c["task"]].append(c)
     out = [f"**{protocol}**", "", "| task (n) | " + " | ".join(columns) + " |",
            "|---" * (len(columns) + 1) + "|"]
     for task, row in scores.items():
         n = groups[task][0]["num_examples"]
-        out.append(f"| {task} ({n}) | " + " | ".join(f"{row[k]:.1f}" if k in row else "—" for k in columns) + " |")
+        out.append(f"| {task} ({n}) | " + " | ".join(shown[task].get(k, "—") for k in columns) + " |")
     complete = [t for t, row in scores.items() if all(k in row for k in columns)]
     if len(complete) > 1:
         out.append(f"| mean of {len(complete)} tasks | " + " | ".join(
@@ -81,6 +92,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results")
     parser.add_argument("--protocols", nargs="+", default=["query_aware", "query_agnostic", "interval"])
+    parser.add_argument("--ci", action="store_true", help="each score with its cell's 95%% CI")
     parser.add_argument("--methods", nargs="+", default=["dense", "streaming_llm", "snapkv", "tova", "knorm", "h2o"],
                         help="column order for a cells folder (a results file keeps its grid's order)")
     args = parser.parse_args()
@@ -97,7 +109,7 @@ def main():
         cells = list(record["cells"].values())
         print(f"{record['name']}: {len(cells)} cells; model {record['config']['model']['pretrained']}")
     for protocol in args.protocols:
-        print("\n".join(tables(cells, protocol)))
+        print("\n".join(tables(cells, protocol, args.ci)))
 
 
 if __name__ == "__main__":
