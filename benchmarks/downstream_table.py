@@ -3,6 +3,7 @@
     python benchmarks/downstream_table.py RESULTS_JSON [--protocols query_aware query_agnostic]
     python benchmarks/downstream_table.py RESULTS_DIR/NAME/cells   # a grid still running: its finished cells
     python benchmarks/downstream_table.py ... --ci   # each score with its 95% CI: "97.5 [92.5, 100.0]"
+    python benchmarks/downstream_table.py ... --compact   # one row per (task, protocol), "0.5 / 0.9" per method
 
 One table per protocol: a row per task (its headline metric, percent), a column per method and
 compression level (dense once), a last row with the mean over the tasks every column has; then the
@@ -71,6 +72,32 @@ def tables(cells: list[dict], protocol: str, ci: bool = False) -> list[str]:
     return out + [""]
 
 
+def compact(cells: list[dict], protocols: list[str], only_complete: bool = True) -> list[str]:
+    """One row per (task, protocol), a column per method with its levels as "a / b", and a mean row per
+    protocol over the rows every column has; rows without any method cell (dense only) are left out."""
+    methods = list(dict.fromkeys(c["method"] for c in cells if c["method"] != "dense"))
+    levels = {m: sorted({c["level"] for c in cells if c["method"] == m}) for m in methods}
+    rows: dict[tuple, dict] = defaultdict(dict)
+    for c in cells:
+        rows[(c["task"], c["compression_protocol"])][(c["method"], c["level"])] = c["metrics"][c["primary_metric"]]
+    head = ["task, protocol", "dense"] + [f"{m} {' / '.join(f'{v:g}' for v in levels[m])}" for m in methods]
+    out = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    keys = [(m, v) for m in methods for v in levels[m]]
+    for protocol in protocols:
+        mine = [(task, row) for (task, p), row in rows.items() if p == protocol and len(row) > 1]
+        for task, row in mine:
+            dense = next((v for (m, _), v in row.items() if m == "dense"), None)
+            cols = [" / ".join(f"{row[(m, v)]:.1f}" if (m, v) in row else "—" for v in levels[m]) for m in methods]
+            out.append(f"| {task.split('/')[-1]}, {protocol} | {'—' if dense is None else f'{dense:.1f}'} | "
+                       + " | ".join(cols) + " |")
+        full = [row for _, row in mine if all(k in row for k in keys) and any(m == "dense" for m, _ in row)]
+        if len(full) > 1:
+            dense = sum(next(v for (m, _), v in row.items() if m == "dense") for row in full) / len(full)
+            cols = [" / ".join(f"{sum(row[(m, v)] for row in full) / len(full):.1f}" for v in levels[m]) for m in methods]
+            out.append(f"| **mean of {len(full)} tasks, {protocol}** | {dense:.1f} | " + " | ".join(cols) + " |")
+    return out
+
+
 def by_run(group: list[dict]) -> list[list[dict]]:
     """The group's cells split by the run that computed them: a run writes its cells within seconds of each other
     at the group's end, so cells written more than RUN_GAP_S apart came from different runs (e.g. dense in an
@@ -93,7 +120,8 @@ def main():
     parser.add_argument("results")
     parser.add_argument("--protocols", nargs="+", default=["query_aware", "query_agnostic", "interval"])
     parser.add_argument("--ci", action="store_true", help="each score with its cell's 95%% CI")
-    parser.add_argument("--methods", nargs="+", default=["dense", "streaming_llm", "snapkv", "tova", "knorm", "h2o"],
+    parser.add_argument("--compact", action="store_true", help="one table: a row per (task, protocol)")
+    parser.add_argument("--methods", nargs="+", default=["dense", "streaming_llm", "snapkv", "tova", "knorm", "h2o", "observed_attention"],
                         help="column order for a cells folder (a results file keeps its grid's order)")
     args = parser.parse_args()
     if Path(args.results).is_dir():  # the cell files of a grid not finished yet (each a whole cell record)
@@ -108,6 +136,9 @@ def main():
         record = json.load(open(args.results, encoding="utf-8"))
         cells = list(record["cells"].values())
         print(f"{record['name']}: {len(cells)} cells; model {record['config']['model']['pretrained']}")
+    if args.compact:
+        print("\n".join(compact(cells, args.protocols)))
+        return
     for protocol in args.protocols:
         print("\n".join(tables(cells, protocol, args.ci)))
 
