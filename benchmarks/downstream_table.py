@@ -93,7 +93,8 @@ def compact(cells: list[dict], protocols: list[str], only_complete: bool = True)
         full = [row for _, row in mine if all(k in row for k in keys) and any(m == "dense" for m, _ in row)]
         if len(full) > 1:
             dense = sum(next(v for (m, _), v in row.items() if m == "dense") for row in full) / len(full)
-            cols = [" / ".join(f"{sum(row[(m, v)] for row in full) / len(full):.1f}" for v in levels[m]) for m in methods]
+            cols = [" / ".join(f"{sum(row[(m, v)] for row in full) / len(full):.1f}" for v in levels[m])
+                    for m in methods]
             out.append(f"| **mean of {len(full)} tasks, {protocol}** | {dense:.1f} | " + " | ".join(cols) + " |")
     return out
 
@@ -121,7 +122,8 @@ def main():
     parser.add_argument("--protocols", nargs="+", default=["query_aware", "query_agnostic", "interval"])
     parser.add_argument("--ci", action="store_true", help="each score with its cell's 95%% CI")
     parser.add_argument("--compact", action="store_true", help="one table: a row per (task, protocol)")
-    parser.add_argument("--methods", nargs="+", default=["dense", "streaming_llm", "snapkv", "tova", "knorm", "h2o", "observed_attention"],
+    parser.add_argument("--methods", nargs="+",
+                        default=["dense", "streaming_llm", "snapkv", "tova", "knorm", "h2o", "observed_attention"],
                         help="column order for a cells folder (a results file keeps its grid's order)")
     args = parser.parse_args()
     if Path(args.results).is_dir():  # the cell files of a grid not finished yet (each a whole cell record)
