@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs what benchmarks/gpu_check.sh needs on a GPU machine that reaches no package index and no ../shared,
-# in LB_GPU_PARTS (default 4) ignored folders small enough to travel one per device call (docs/gpu.md):
+# in as many ignored folders as needed for each to travel, with the working tree, in one device call (docs/gpu.md):
 #   .gpu/part1  kit.tar.gz (the packages the image lacks, a slim bitsandbytes, the data files, SmolLM2's
 #               tokenizer files) + the first chunk of the SmolLM2 Q4_1 GGUF
 #   .gpu/part2 ...          the other GGUF chunks
@@ -74,7 +74,17 @@ tar -czf "$work/kit.tar.gz" -C "$work/kit" .
 
 # LB_GPU_PARTS parts (default 4) of about the same size: a call carries the tracked tree (~30 MB with
 # docs/report) plus one part within its 64 MiB
-PARTS=${LB_GPU_PARTS:-4}
+# every call carries the working tree (tracked + untracked-not-ignored files) plus one part, 64 MiB at most: as many
+# parts as the room the tree leaves needs (LB_GPU_PARTS=N forces N)
+travel=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+room=$(( 64 * 1024 * 1024 - travel - 2 * 1024 * 1024 ))  # 2 MiB for the manifests and what the run adds
+if [ "$room" -lt $(( 4 * 1024 * 1024 )) ]; then
+  echo "gpu_pack: the working tree ($travel bytes) leaves under 4 MiB of a device call's 64 MiB; ignore or untrack large files" >&2
+  exit 2
+fi
+need=$(( $(stat -c %s "$GGUF") + $(stat -c %s "$work/kit.tar.gz") ))
+PARTS=${LB_GPU_PARTS:-$(( (need + room - 1) / room ))}
+echo "gpu_pack: $PARTS parts (tree $travel bytes, room $room bytes a call)"
 rm -rf .gpu && for p in $(seq 1 "$PARTS"); do mkdir -p ".gpu/part$p"; done
 mv "$work/kit.tar.gz" .gpu/part1/
 # the first GGUF chunk is smaller by the kit
