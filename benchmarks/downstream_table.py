@@ -4,6 +4,7 @@
     python benchmarks/downstream_table.py RESULTS_DIR/NAME/cells   # a grid still running: its finished cells
     python benchmarks/downstream_table.py ... --ci   # each score with its 95% CI: "97.5 [92.5, 100.0]"
     python benchmarks/downstream_table.py ... --compact   # one row per (task, protocol), "0.5 / 0.9" per method
+    python benchmarks/downstream_table.py ... --attention # a row per cell: score, density or kept, attention error
 
 One table per protocol: a row per task (its headline metric, percent), a column per method and
 compression level (dense once), a last row with the mean over the tasks every column has; then the
@@ -99,6 +100,23 @@ def compact(cells: list[dict], protocols: list[str], only_complete: bool = True)
     return out
 
 
+def attention_rows(cells: list[dict]) -> list[str]:
+    """A row per cell, for grids metered with --attention_error (masker stacks beside eviction): the score with its
+    CI, the density of a stack (kept entries / causal entries) or the kept fraction of an eviction cell, and the
+    attention-output error against dense attention on the same inputs (means over layers)."""
+    out = ["| task, protocol | method | score [95% CI] | density / kept | attention error | decode s |",
+           "|---|---|---|---|---|---|"]
+    for c in cells:
+        attention = c.get("attention") or {}
+        stack = "density" in attention and c["method"] != "dense" and c["budget_kind"] == "sparsity" and not c["level"]
+        share = attention.get("density") if stack else c["cache"].get("kept_fraction_of_compressed")
+        error = attention.get("attention_error")
+        out.append(f"| {c['task'].split('/')[-1]}, {c['compression_protocol']} | {c['method'] if stack else column(c)} | {score_text(c, True)} | "
+                   f"{'—' if share is None else f'{share:.3f}'} | {'—' if error is None else f'{error:.3f}'} | "
+                   f"{c['timing']['decode_seconds']:.0f} |")
+    return out
+
+
 def by_run(group: list[dict]) -> list[list[dict]]:
     """The group's cells split by the run that computed them: a run writes its cells within seconds of each other
     at the group's end, so cells written more than RUN_GAP_S apart came from different runs (e.g. dense in an
@@ -122,6 +140,7 @@ def main():
     parser.add_argument("--protocols", nargs="+", default=["query_aware", "query_agnostic", "interval"])
     parser.add_argument("--ci", action="store_true", help="each score with its cell's 95%% CI")
     parser.add_argument("--compact", action="store_true", help="one table: a row per (task, protocol)")
+    parser.add_argument("--attention", action="store_true", help="a row per cell with density and attention error")
     parser.add_argument("--methods", nargs="+",
                         default=["dense", "streaming_llm", "snapkv", "tova", "knorm", "h2o", "observed_attention"],
                         help="column order for a cells folder (a results file keeps its grid's order)")
@@ -138,6 +157,9 @@ def main():
         record = json.load(open(args.results, encoding="utf-8"))
         cells = list(record["cells"].values())
         print(f"{record['name']}: {len(cells)} cells; model {record['config']['model']['pretrained']}")
+    if args.attention:
+        print("\n".join(attention_rows([c for c in cells if c["compression_protocol"] in args.protocols])))
+        return
     if args.compact:
         print("\n".join(compact(cells, args.protocols)))
         return
