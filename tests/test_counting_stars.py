@@ -107,9 +107,11 @@ def test_generate_then_test_and_downstream_on_the_tiny_model(tiny_hf, shared_dat
     code, out, err = run(["counting_stars_generate", "--haystack", str(shared_data / "pg19" / "test"),
                           "--lengths", "60", "120", "--stars", "4", "--data_dir", str(data / "counting_stars")], capsys)
     assert code == 0, err
-    made = json.loads((data / "counting_stars" / "manifest.json").read_text())["searching"]["arguments"]
-    book = Path(made["haystack"][0]["path"])
-    assert made["stars"] == 4 and made["haystack"][0]["sha256"] == hashlib.sha256(book.read_bytes()).hexdigest()
+    entry = json.loads((data / "counting_stars" / "manifest.json").read_text())["searching"]
+    book = Path(entry["haystack"][0]["path"])
+    assert entry["arguments"]["stars"] == 4
+    assert entry["haystack"][0]["sha256"] == hashlib.sha256(book.read_bytes()).hexdigest()
+    assert entry["arguments"]["haystack"] == [entry["haystack"][0]["sha256"]]
     code, _, err = run(["test", "--model", "hf", "--model.pretrained", str(tiny_hf), "--task", "counting_stars",
                         "--data.data_dir", str(data), "--data.max_new_tokens", "8", "--trainer.enable_progress_bar",
                         "false", "--trainer.logger", "false"], capsys)

@@ -66,6 +66,8 @@ def test_counting_stars_set_is_replaced_only_by_the_same_arguments(shared_data, 
     first = path.read_bytes()
     assert counting_stars(argv) == 0 and path.read_bytes() == first
     _refused(counting_stars, [*argv, "--seed", "1"], path, "seed: 0 -> 1")
+    import os  # the same haystack spelled as a relative path: the same arguments (sources count by their bytes)
+    assert counting_stars([argv[0], os.path.relpath(argv[1]), *argv[2:]]) == 0 and path.read_bytes() == first
     assert counting_stars([*argv[:5], "5", "--task", "reasoning", "--data_dir", str(data)]) == 0  # its own file
     manifest = json.loads((data / "manifest.json").read_text())
     assert manifest["searching"]["arguments"]["stars"] == 4 and manifest["reasoning"]["arguments"]["stars"] == 5

@@ -137,7 +137,7 @@ def main(argv: list[str]) -> int:
     out = check_output("--data_dir", args.data_dir)  # before the haystack is read
     haystack, sources = read_haystack(args.haystack)
     arguments = {"generator": GENERATOR, "lengths": args.lengths, "scale": args.scale, "stars": args.stars,
-                 "seed": args.seed, "haystack": sources}
+                 "seed": args.seed, "haystack": [s["sha256"] for s in sources]}  # the bytes, not the paths' spelling
     manifest = read_manifest(out / "manifest.json")
     for task in args.task:
         check_replaceable(out / f"{task}.jsonl", manifest.get(task), arguments, "--data_dir")
@@ -149,7 +149,7 @@ def main(argv: list[str]) -> int:
         path = write_text_atomic(out / f"{task}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n"
                                                                    for r in task_rows))
         print(f"{task}: {len(task_rows)} rows ({args.stars} stars) at {', '.join(map(str, args.lengths))} -> {path}")
-        manifest[task] = {"arguments": normalized(arguments),
+        manifest[task] = {"arguments": normalized(arguments), "haystack": sources,
                           "counts": "the benchmark's (32 stars)" if args.stars == 32 else "drawn from seed",
                           "length_is": "nominal tokens: int(scale x length) space-separated pieces"}
         write_text_atomic(out / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True) + "\n")

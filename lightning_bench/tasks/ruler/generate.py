@@ -865,7 +865,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         needle = SPECS[task][0] in ("niah", "qa")
         return {"generator": GENERATOR_VERSION, "num_samples": args.num_samples, "seed": args.seed,
                 "haystack": args.haystack if SPECS[task][1].get("haystack") == "essay" else None,
-                "source": source_of(task), "depth": args.depth if needle else None,
+                "source": (source_of(task) or {}).get("sha256"),  # the bytes, not how the path was spelled
+                "depth": args.depth if needle else None,
                 "depths": args.depths if needle and args.depth is None else None, "words": args.words,
                 "tokenizer": tokenizer.describe(), "model_template_tokens": template}
 
