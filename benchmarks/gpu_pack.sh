@@ -76,7 +76,8 @@ tar -czf "$work/kit.tar.gz" -C "$work/kit" .
 # docs/report) plus one part within its 64 MiB
 # every call carries the working tree (tracked + untracked-not-ignored files) plus one part, 64 MiB at most: as many
 # parts as the room the tree leaves needs (LB_GPU_PARTS=N forces N)
-travel=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+# (a tracked file deleted from the tree makes du complain: its total still counts what is there)
+travel=$( (git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2>/dev/null || true) | tail -1 | cut -f1)
 room=$(( 64 * 1024 * 1024 - travel - 2 * 1024 * 1024 ))  # 2 MiB for the manifests and what the run adds
 if [ "$room" -lt $(( 4 * 1024 * 1024 )) ]; then
   echo "gpu_pack: the working tree ($travel bytes) leaves under 4 MiB of a device call's 64 MiB; ignore or untrack large files" >&2

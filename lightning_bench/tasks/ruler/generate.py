@@ -867,7 +867,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                 "haystack": args.haystack if SPECS[task][1].get("haystack") == "essay" else None,
                 "source": (source_of(task) or {}).get("sha256"),  # the bytes, not how the path was spelled
                 "depth": args.depth if needle else None,
-                "depths": args.depths if needle and args.depth is None else None, "words": args.words,
+                "depths": args.depths if needle and args.depth is None else None,
+                "words": _sha256(Path(args.words)) if Path(args.words).is_file() else args.words,  # a file by its bytes
                 "tokenizer": tokenizer.describe(), "model_template_tokens": template}
 
     for length in args.lengths:  # nothing is drawn before every file to be written is known replaceable
