@@ -30,10 +30,17 @@ def column(cell: dict) -> str:
     return "dense" if cell["method"] == "dense" else f"{cell['method']} {cell['level']:g}"
 
 
+def headline(cell: dict) -> float:
+    """The cell's headline figure: its primary metric, else (an older record) its first numeric figure."""
+    metrics = cell["metrics"]
+    if cell["primary_metric"] in metrics:
+        return metrics[cell["primary_metric"]]
+    return next(v for v in metrics.values() if isinstance(v, (int, float)))
+
+
 def score_text(cell: dict, ci: bool) -> str:
-    value = cell["metrics"][cell["primary_metric"]]
     bounds = cell["metrics"].get(f"{cell['primary_metric']}_ci95") if ci else None
-    return f"{value:.1f}" + (f" [{bounds[0]:.1f}, {bounds[1]:.1f}]" if bounds else "")
+    return f"{headline(cell):.1f}" + (f" [{bounds[0]:.1f}, {bounds[1]:.1f}]" if bounds else "")
 
 
 def tables(cells: list[dict], protocol: str, ci: bool = False) -> list[str]:
@@ -46,10 +53,8 @@ def tables(cells: list[dict], protocol: str, ci: bool = False) -> list[str]:
     metric: dict[str, str] = {}
     groups: dict[str, list[dict]] = defaultdict(list)
     for c in mine:
-        scores[c["task"]][column(c)] = c["metrics"][c["primary_metric"]] if c["primary_metric"] in c["metrics"] \
-            else next(v for k, v in c["metrics"].items() if isinstance(v, (int, float)))
-        shown[c["task"]][column(c)] = score_text(c, ci) if c["primary_metric"] in c["metrics"] \
-            else f"{scores[c['task']][column(c)]:.1f}"
+        scores[c["task"]][column(c)] = headline(c)
+        shown[c["task"]][column(c)] = score_text(c, ci)
         metric[c["task"]] = c["metrics"].get("metric", c["primary_metric"])
         groups[c["task"]].append(c)
     out = [f"**{protocol}**", "", "| task (n) | " + " | ".join(columns) + " |",
@@ -73,29 +78,30 @@ def tables(cells: list[dict], protocol: str, ci: bool = False) -> list[str]:
     return out + [""]
 
 
-def compact(cells: list[dict], protocols: list[str], only_complete: bool = True) -> list[str]:
-    """One row per (task, protocol), a column per method with its levels as "a / b", and a mean row per
-    protocol over the rows every column has; rows without any method cell (dense only) are left out."""
-    methods = list(dict.fromkeys(c["method"] for c in cells if c["method"] != "dense"))
-    levels = {m: sorted({c["level"] for c in cells if c["method"] == m}) for m in methods}
+def compact(cells: list[dict], protocols: list[str]) -> list[str]:
+    """One row per (task, protocol) with at least one method cell, a column per method with its levels as "a / b",
+    and per protocol a mean row over the rows that have dense and every column of that protocol."""
+    shown = [c for c in cells if c["compression_protocol"] in protocols]
+    methods = list(dict.fromkeys(c["method"] for c in shown if c["method"] != "dense"))
+    levels = {m: sorted({c["level"] for c in shown if c["method"] == m}) for m in methods}
     rows: dict[tuple, dict] = defaultdict(dict)
-    for c in cells:
-        rows[(c["task"], c["compression_protocol"])][(c["method"], c["level"])] = c["metrics"][c["primary_metric"]]
+    for c in shown:
+        rows[(c["task"], c["compression_protocol"])][(c["method"], c["level"])] = headline(c)
     head = ["task, protocol", "dense"] + [f"{m} {' / '.join(f'{v:g}' for v in levels[m])}" for m in methods]
     out = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
-    keys = [(m, v) for m in methods for v in levels[m]]
     for protocol in protocols:
-        mine = [(task, row) for (task, p), row in rows.items() if p == protocol and len(row) > 1]
+        mine = [(task, row) for (task, p), row in rows.items() if p == protocol and any(m != "dense" for m, _ in row)]
         for task, row in mine:
             dense = next((v for (m, _), v in row.items() if m == "dense"), None)
             cols = [" / ".join(f"{row[(m, v)]:.1f}" if (m, v) in row else "—" for v in levels[m]) for m in methods]
             out.append(f"| {task.split('/')[-1]}, {protocol} | {'—' if dense is None else f'{dense:.1f}'} | "
                        + " | ".join(cols) + " |")
-        full = [row for _, row in mine if all(k in row for k in keys) and any(m == "dense" for m, _ in row)]
+        keys = {k for _, row in mine for k in row if k[0] != "dense"}  # this protocol's columns
+        full = [row for _, row in mine if keys <= row.keys() and any(m == "dense" for m, _ in row)]
         if len(full) > 1:
             dense = sum(next(v for (m, _), v in row.items() if m == "dense") for row in full) / len(full)
-            cols = [" / ".join(f"{sum(row[(m, v)] for row in full) / len(full):.1f}" for v in levels[m])
-                    for m in methods]
+            cols = [" / ".join(f"{sum(row[(m, v)] for row in full) / len(full):.1f}" if (m, v) in keys else "—"
+                               for v in levels[m]) for m in methods]
             out.append(f"| **mean of {len(full)} tasks, {protocol}** | {dense:.1f} | " + " | ".join(cols) + " |")
     return out
 
@@ -111,7 +117,8 @@ def attention_rows(cells: list[dict]) -> list[str]:
         stack = "density" in attention and c["method"] != "dense" and c["budget_kind"] == "sparsity" and not c["level"]
         share = attention.get("density") if stack else c["cache"].get("kept_fraction_of_compressed")
         error = attention.get("attention_error")
-        out.append(f"| {c['task'].split('/')[-1]}, {c['compression_protocol']} | {c['method'] if stack else column(c)} | {score_text(c, True)} | "
+        name = c["method"] if stack else column(c)
+        out.append(f"| {c['task'].split('/')[-1]}, {c['compression_protocol']} | {name} | {score_text(c, True)} | "
                    f"{'—' if share is None else f'{share:.3f}'} | {'—' if error is None else f'{error:.3f}'} | "
                    f"{c['timing']['decode_seconds']:.0f} |")
     return out
