@@ -72,7 +72,7 @@ find "$TOKENIZER" -maxdepth 1 -type f ! -name 'model.safetensors' ! -name 'confi
   -exec cp {} "$work/kit/tokenizer/" \;
 tar -czf "$work/kit.tar.gz" -C "$work/kit" .
 
-# LB_GPU_PARTS parts (default 4) of about the same size: a call carries the tracked tree (~30 MB with
+# PARTS parts of about the same size: a call carries the tracked tree (~30 MB with
 # docs/report) plus one part within its 64 MiB
 # every call carries the working tree (tracked + untracked-not-ignored files) plus one part, 64 MiB at most: as many
 # parts as the room the tree leaves needs (LB_GPU_PARTS=N forces N)
@@ -94,6 +94,8 @@ import sys
 gguf, kit, parts = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 data = open(gguf, "rb").read()
 per = -(-(len(data) + kit) // parts)
+if per <= kit:  # part 1 holds the kit and the first chunk: a smaller part would make chunks overlap
+    sys.exit(f"gpu_pack: {parts} parts of {per} bytes cannot hold the {kit}-byte kit in part 1; use fewer parts")
 cuts = [0] + [min(len(data), per * (i + 1) - kit) for i in range(parts - 1)] + [len(data)]
 for i in range(parts):
     with open(f".gpu/part{i + 1}/smollm2.gguf.{i}", "wb") as out:
