@@ -72,8 +72,6 @@ find "$TOKENIZER" -maxdepth 1 -type f ! -name 'model.safetensors' ! -name 'confi
   -exec cp {} "$work/kit/tokenizer/" \;
 tar -czf "$work/kit.tar.gz" -C "$work/kit" .
 
-# PARTS parts of about the same size: a call carries the tracked tree (~30 MB with
-# docs/report) plus one part within its 64 MiB
 # every call carries the working tree (tracked + untracked-not-ignored files) plus one part, 64 MiB at most: as many
 # parts as the room the tree leaves needs (LB_GPU_PARTS=N forces N)
 # (a tracked file deleted from the tree makes du complain: its total still counts what is there)
