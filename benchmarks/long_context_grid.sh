@@ -21,7 +21,8 @@ case "$what" in
   ruler)   ruler --methods '[dense]' --protocols '[query_aware]'
            ruler --tasks "$RULER_TASKS" --protocols "[${4:?protocol}]" ;;
   samples) samples --data_dir "$data" --protocols "[${4:?protocol}]" ;;
-  report)  ruler --tasks "$RULER_TASKS"
+  report)  ruler --methods '[dense]' --protocols '[query_aware]'   # the dense-only tasks' cells, if missing
+           ruler --tasks "$RULER_TASKS"
            samples --data_dir "${4:?shared data folder}"
            for name in long_context_v2 long_context_samples_v2; do
              python benchmarks/downstream_table.py "$out/$name/cells" --compact
