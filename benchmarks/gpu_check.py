@@ -35,7 +35,6 @@ import json
 import os
 import platform
 import shlex
-import shutil
 import signal
 import statistics
 import subprocess
@@ -599,7 +598,10 @@ def section_attention_sparsity(ctx: dict) -> dict:
 def section_attention_ruler(ctx: dict) -> dict:
     """configs/downstream/attention_sparsity.yaml (masker stacks beside eviction on RULER niah_single_2 and vt at
     4k) on the device, from the sets gpu_pack.sh carried (LB_RULER_DATA); each cell's score, density and error,
-    and the results JSON copied beside the check's (--out's folder). Run alone: `--only attention_ruler`."""
+    and the grid's folder (results, summary and the cells with their per-example rows) brought back beside the
+    check's JSON (--out's folder) as attention_ruler.tar.gz. Run alone: `--only attention_ruler`."""
+    import tarfile
+
     work = Path(ctx["workdir"]) / "attention_ruler"
     argv = ["downstream", "--config", ATTENTION_RULER, "--model.pretrained", ctx["model"], "--data_dir", ctx["data"],
             "--results_dir", str(work), "--accelerator", ctx["device"], *ctx["sizes"]["attention_ruler"]]
@@ -608,7 +610,8 @@ def section_attention_ruler(ctx: dict) -> dict:
     wall, _ = cli(ctx, argv)
     results = work / "attention_sparsity" / "attention_sparsity_results.json"
     if ctx.get("out_dir"):
-        shutil.copy(results, Path(ctx["out_dir"]) / "attention_ruler_results.json")
+        with tarfile.open(Path(ctx["out_dir"]) / "attention_ruler.tar.gz", "w:gz") as tar:
+            tar.add(work / "attention_sparsity", arcname="attention_sparsity")
     cells = json.loads(results.read_text())["cells"]
     return {"wall_s": wall, "cells": {k: {"score": c["metrics"].get(c["primary_metric"]), "n": c["num_examples"],
                                           "kept": c["cache"]["kept_fraction_of_compressed"],

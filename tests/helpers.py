@@ -1,7 +1,10 @@
-"""Small builders shared by tests: a tiny word-level DataModule and a tiny Transformer."""
+"""Small builders shared by tests: a tiny word-level DataModule and a tiny Transformer, and a downstream
+grid's results read back with their per-example rows."""
 
+import json
 import os
 import signal
+from pathlib import Path
 
 import lightning as L
 
@@ -74,3 +77,15 @@ class StopAfterStep(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.global_step >= self.step:
             trainer.should_stop = True
+
+
+def grid_results(path) -> dict:
+    """A downstream grid's `{name}_results.json` with each cell's per-example rows read back from the cell
+    file it names (the results file itself holds none: checked on every grid a test reads this way)."""
+    from lightning_bench.results.io import cell_samples
+
+    results = json.loads(Path(path).read_text())
+    for key, cell in results["cells"].items():
+        assert "samples" not in cell and cell["samples_file"] == f"cells/{key}.json"
+        cell["samples"] = cell_samples(cell, path)
+    return results

@@ -2,8 +2,6 @@
 full keys by hand, continuations at sparsity 0 (no error) and at 0.5, batched rows equal to rows alone, the
 `downstream --attention_error` cells, and the refusal under re-rotation."""
 
-import json
-
 import pytest
 import torch
 
@@ -13,6 +11,7 @@ from lightning_bench.sparsity.attention_error import FullCacheReference
 from lightning_bench.sparsity.growing_layer import growing_cache
 from lightning_bench.sparsity.masking.stack import attention_figures
 from tests.test_sparsity import tiny_llama
+from tests.helpers import grid_results
 
 
 def sdpa(query, keys, values):
@@ -89,7 +88,7 @@ def test_downstream_attention_error_cells(tiny_hf, shared_data, tmp_path, capsys
                         "--max_length", "192", "--tasks", "xsum", "--methods", "dense", "h2o", "--ratios", "0.5",
                         "--attention_error", "true"], capsys)
     assert code == 0, err
-    cells = json.loads((tmp_path / "t" / "t_results.json").read_text())["cells"]
+    cells = grid_results(tmp_path / "t" / "t_results.json")["cells"]
     h2o, dense = cells["xsum__h2o_s0.5_query_aware_seed1234"], cells["xsum__dense_s0.0_query_aware_seed1234"]
     assert dense["attention"]["density"] == 1.0 and dense["attention"]["attention_error"] < 1e-5
     assert 0.4 < h2o["attention"]["density"] < 0.8 and h2o["attention"]["attention_error"] > 0

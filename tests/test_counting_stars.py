@@ -16,6 +16,7 @@ from lightning_bench.tasks.counting_stars.generate import COUNTS_32, WRONG_32, m
 from lightning_bench.tasks.counting_stars.scorer import SCORERS, parse_counts, star_scores
 from lightning_bench.tasks.prompts import build_request
 from tests.test_cli import run
+from tests.helpers import grid_results
 
 FIXTURE = (Path(__file__).parent / "fixtures" / "long_context" / "counting_stars" /
            "Counting_Stars_EN_multi-evidence-retrieval-reasoning_128000_32_32.jsonl")
@@ -123,7 +124,7 @@ def test_generate_then_test_and_downstream_on_the_tiny_model(tiny_hf, shared_dat
                         str(data), "--methods", "dense", "h2o", "--sparsity", "0.5", "--protocols", "query_agnostic",
                         "--max_new_tokens", "8", "--results_dir", str(tmp_path / "ds"), "--name", "t"], capsys)
     assert code == 0, err
-    cells = json.loads((tmp_path / "ds" / "t" / "t_results.json").read_text())["cells"]
+    cells = grid_results(tmp_path / "ds" / "t" / "t_results.json")["cells"]
     assert len(cells) == 4 and all(c["primary_metric"] == "score" and c["num_examples"] == 2 for c in cells.values())
     h2o = cells["counting_stars-reasoning__h2o_s0.5_query_agnostic_seed1234"]
     assert all(s["compressed_tokens"] == s["context_tokens"] for s in h2o["samples"])  # the stars, not the question

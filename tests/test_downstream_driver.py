@@ -12,6 +12,7 @@ import pytest
 
 from lightning_bench.data.tokenization import offline_gpt2_folder
 from tests.test_cli import run
+from tests.helpers import grid_results
 
 pytestmark = pytest.mark.shared_data
 VOLATILE = {"meta", "timing", "prefill_seconds", "decode_seconds", "peak_memory_mb", "checksum", "results_dir"}
@@ -32,8 +33,8 @@ def _stable(value, volatile=VOLATILE):
     return value
 
 
-def _results(results_dir: Path) -> dict:
-    return json.loads((results_dir / "t" / "t_results.json").read_text())
+def _results(results_dir: Path, name: str = "t") -> dict:
+    return grid_results(results_dir / name / f"{name}_results.json")
 
 
 def test_grid_results_summary_and_dense_equal_to_test(tiny_hf, shared_data, tmp_path, capsys):
@@ -249,7 +250,7 @@ def test_quick_test_preset_on_smollm2_slice(smollm2_dir, shared_data, tmp_path, 
                           str(smollm2_dir), "--data_dir", str(shared_data), "--max_samples", "1",
                           "--max_length", "512", "--max_new_tokens", "6", "--results_dir", str(tmp_path)], capsys)
     assert code == 0, err
-    results = json.loads((tmp_path / "quick_test" / "quick_test_results.json").read_text())
+    results = _results(tmp_path, "quick_test")
     assert len(results["cells"]) == 2 * 3 and "xsum__cab_v4_s0.5_query_aware_seed1234" in results["cells"]
     dense = results["cells"]["xsum__dense_s0.0_query_aware_seed1234"]["samples"][0]
     assert dense["generated"].strip() and "<|im_" not in dense["generated"]  # an answer, no template tokens

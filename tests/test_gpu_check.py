@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
@@ -68,7 +69,10 @@ def test_dry_run_runs_every_section(shared_data, tmp_path):
     assert set(ruler) == {"xsum__dense_s0.0_query_agnostic_seed1234", "xsum__h2o_s0.5_query_agnostic_seed1234",
                           "xsum__topk_10_s0.0_query_agnostic_seed1234"}
     assert ruler["xsum__h2o_s0.5_query_agnostic_seed1234"]["attention_error"] > 0
-    assert (tmp_path / "attention_ruler_results.json").exists()  # copied beside the check's JSON
+    with tarfile.open(tmp_path / "attention_ruler.tar.gz") as tar:  # the grid's folder, beside the check's JSON
+        names = tar.getnames()
+    assert "attention_sparsity/attention_sparsity_results.json" in names
+    assert "attention_sparsity/cells/xsum__topk_10_s0.0_query_agnostic_seed1234.json" in names
     ruler_v2 = sections["ruler_v2"]
     assert ruler_v2["finished"] and ruler_v2["cells_done"] == 3  # dense + snapkv at 0.5 and 0.9, one protocol
     assert (tmp_path / "ruler_v2_cells.tar.gz").exists()

@@ -14,7 +14,7 @@ from lightning_bench.sparsity.methods import make_method
 from lightning_bench.sparsity.sampling import draw_generator, draw_seed
 from lightning_bench.sparsity.streaming import streaming_logits
 from lightning_bench.sparsity.task_decode import generate_for_task
-from tests.helpers import tiny_llama
+from tests.helpers import grid_results, tiny_llama
 
 VOCAB = 256
 
@@ -87,7 +87,7 @@ def test_test_task_under_sparsity_generates_what_the_downstream_cell_generates(t
                         "--max_new_tokens", "4", "--max_length", "192", "--tasks", "xsum", "--methods", "h2o",
                         "--sparsity", "0.5", "--protocols", "query_aware"], capsys)
     assert code == 0, err
-    cell = json.loads((tmp_path / "r" / "t" / "t_results.json").read_text())["cells"][
+    cell = grid_results(tmp_path / "r" / "t" / "t_results.json")["cells"][
         "xsum__h2o_s0.5_query_aware_seed1234"]
     assert all(s["kept_tokens"] < s["compressed_tokens"] for s in cell["samples"])
     code, _, err = run(["test", "--model", "hf", "--model.pretrained", str(tiny_hf), "--task", "xsum",

@@ -11,6 +11,7 @@ from lightning_bench.errors import ConfigError
 from lightning_bench.tasks.generative_scoring import score_generative
 from lightning_bench.tasks import get_task
 from tests.test_cli import run
+from tests.helpers import grid_results
 
 FILLER = "The grass is green. The sky is blue. " * 40
 
@@ -64,7 +65,7 @@ def test_cli_and_driver_record_lengths_and_compress_before_the_question(protocol
                         paths, "--methods", "dense", "snapkv", "--sparsity", "0.5", "--protocols", protocol,
                         "--max_length", "256", "--results_dir", str(tmp_path / "ds"), "--name", "t"], capsys)
     assert code == 0, err
-    cell = json.loads((tmp_path / "ds" / "t" / "t_results.json").read_text())["cells"][
+    cell = grid_results(tmp_path / "ds" / "t" / "t_results.json")["cells"][
         f"long_context_rows__snapkv_s0.5_{protocol}_seed1234"]
     first = cell["samples"][0]
     assert first["question_tokens"] > 0 and first["compressed_tokens"] == first["context_tokens"]

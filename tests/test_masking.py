@@ -16,6 +16,7 @@ from lightning_bench.sparsity.masking.fixed import OracleTopP, Quest
 from lightning_bench.sparsity.streaming import streaming_logits
 from tests.test_sparsity_cli import _test as _test_run
 from tests.test_sparsity import tiny_llama
+from tests.helpers import grid_results
 
 
 @pytest.fixture(scope="module")
@@ -271,8 +272,6 @@ def test_cli_bad_stacks_are_one_line(extra, expected, tiny_corpus, capsys):
 # ---- masker stacks as methods of the `downstream` grid ---------------------------------------------------
 @pytest.mark.shared_data
 def test_downstream_stacks_full_density_is_dense_and_sparse_ones_are_metered(tiny_hf, shared_data, tmp_path, capsys):
-    import json
-
     from tests.test_cli import run
 
     stacks = '{full: "sink:1.0", window: "sink:2,local:8", topk: "oracle_topk:0.1"}'
@@ -281,7 +280,7 @@ def test_downstream_stacks_full_density_is_dense_and_sparse_ones_are_metered(tin
                         "--max_length", "192", "--tasks", "xsum", "--methods", "dense", "--attention_sparsity", stacks,
                         "--protocols", "query_agnostic", "--max_batch_rows", "3"], capsys)
     assert code == 0, err
-    cells = json.loads((tmp_path / "t" / "t_results.json").read_text())["cells"]
+    cells = grid_results(tmp_path / "t" / "t_results.json")["cells"]
     dense = cells["xsum__dense_s0.0_query_agnostic_seed1234"]
     full = cells["xsum__full_s0.0_query_agnostic_seed1234"]
     window = cells["xsum__window_s0.0_query_agnostic_seed1234"]
@@ -301,7 +300,7 @@ def test_downstream_stacks_full_density_is_dense_and_sparse_ones_are_metered(tin
                         "--attention_sparsity", stacks, "--protocols", "query_agnostic", "--max_batch_rows", "1"],
                        capsys)
     assert code == 0, err
-    alone = json.loads((tmp_path / "one" / "t" / "t_results.json").read_text())["cells"]
+    alone = grid_results(tmp_path / "one" / "t" / "t_results.json")["cells"]
     for key in ("xsum__window_s0.0_query_agnostic_seed1234", "xsum__topk_s0.0_query_agnostic_seed1234"):
         assert [s["generated"] for s in alone[key]["samples"]] == [s["generated"] for s in cells[key]["samples"]]
         assert alone[key]["attention"]["density"] == pytest.approx(cells[key]["attention"]["density"], rel=1e-9)

@@ -11,6 +11,7 @@ import pytest
 from lightning_bench.tasks.datamodules import PromptedDataModule
 from lightning_bench.errors import ConfigError
 from tests.test_cli import run
+from tests.helpers import grid_results
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ruler" / "niah_single_1.300.jsonl"
 
@@ -64,7 +65,7 @@ def test_a_set_generated_at_any_length_is_read_by_test_and_downstream(tiny_hf, r
     code, _, err = run(_downstream(tiny_hf, ruler_dir, tmp_path, "--max_context", "1024", "--max_length", "160"),
                        capsys)
     assert code == 0, err
-    results = json.loads((tmp_path / "t" / "t_results.json").read_text())
+    results = grid_results(tmp_path / "t" / "t_results.json")
     files = results["meta"]["data"]["sources"]["ruler/niah_single_1"]["1024"]["files"]
     assert files[0]["path"].endswith("ruler/1024/niah_single_1.jsonl")
     code, _, err = run(_test(tiny_hf, ruler_dir, "--data.max_context", "1024", "--data.max_length", "160"), capsys)
@@ -91,7 +92,7 @@ def test_a_length_beyond_the_window_is_refused_unless_the_cut_is_asked_for(tiny_
     code, _, err = run(_downstream(tiny_hf, ruler_dir, tmp_path, "--max_context", "4096", "--max_length", "160"),
                        capsys)
     assert code == 0, err
-    results = json.loads((tmp_path / "t" / "t_results.json").read_text())
+    results = grid_results(tmp_path / "t" / "t_results.json")
     assert results["config"]["max_length"] == 160 and results["config"]["max_context"] == 4096
     cell = results["cells"]["ruler-niah_single_1__h2o_s0.5_query_aware_seed1234"]
     sample = cell["samples"][0]

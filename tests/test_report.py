@@ -109,6 +109,25 @@ def test_ruler_heatmap_is_the_mean_score_per_level_and_depth():
                        "values": [[50.0, 100.0, 0.0], [0.0, 100.0, 100.0]]}
 
 
+def test_ruler_heatmap_reads_the_samples_a_results_cell_leaves_in_its_cell_file(tmp_path):
+    """A grid's results file holds no per-example rows (`samples_file` names the cell file that does): the
+    heatmap is the same as from the cells themselves; a cell file gone falls back to `metrics.by_depth`."""
+    (tmp_path / "cells").mkdir()
+    slim = []
+    for i, cell in enumerate(grid_cells()):
+        (tmp_path / "cells" / f"c{i}.json").write_text(json.dumps(cell))
+        slim.append(Cell({k: v for k, v in cell.items() if k != "samples"}, samples_file=f"cells/c{i}.json",
+                         _source=str(tmp_path / "grid_results.json")))
+    heatmap = find(downstream_items(slim, "grid", "grid"), "grid_ruler_niah_single_1_h2o_depth_heatmap").heatmap
+    assert heatmap["values"] == [[50.0, 100.0, 0.0], [0.0, 100.0, 100.0]]
+    (tmp_path / "cells" / "c1.json").unlink()  # h2o's rows gone: its row is the cell's by_depth means
+    heatmap = find(downstream_items(slim, "grid", "grid"), "grid_ruler_niah_single_1_h2o_depth_heatmap").heatmap
+    h2o_row = {col: v for col, v in zip(heatmap["cols"], heatmap["values"][1]) if v is not None}
+    assert h2o_row == {f"{float(d):g}": v for d, v in slim[1]["metrics"]["by_depth"].items() if v is not None}
+    assert {col: v for col, v in zip(heatmap["cols"], heatmap["values"][0]) if v is not None} == {
+        "10": 50.0, "50": 100.0, "90": 0.0}
+
+
 def test_trainer_table_and_loss_curve():
     fit = trainer_record("fit", "20261101-100000-aaaa", 2, 30.0)
     fit.update(epoch_losses=[4.0, 3.5], epoch_perplexities=[40.0, 30.0])

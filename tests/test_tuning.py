@@ -18,6 +18,7 @@ from tests.test_cli import run
 from tests.test_downstream_driver import _args
 from tests.test_executors import stable
 from tests.test_experiment_safety import one_error_line
+from tests.helpers import grid_results
 
 
 def _tune(tiny_hf, shared_data, *extra):
@@ -121,7 +122,7 @@ def test_search_cache_show_and_the_tuned_matrix_on_every_executor(tiny_hf, share
         code, out, err = run(_args(tiny_hf, shared_data, "r", *grid, *extra), capsys)
         assert code == 0, err
         if Path("r/t/t_results.json").exists():
-            results[name] = json.loads(Path("r/t/t_results.json").read_text())
+            results[name] = grid_results("r/t/t_results.json")
     assert stable(results["shard"]) == stable(results["serial"]) == stable(results["ray"])
     for cell in results["serial"]["cells"].values():
         assert cell["method_params"]["recent_ratio"] == pytest.approx(entry["best"]["recent_ratio"])

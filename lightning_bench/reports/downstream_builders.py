@@ -18,6 +18,7 @@ from collections import defaultdict
 from lightning_bench.reports.figures import Figure, Series, Table, warnings_of
 from lightning_bench.reports.provenance import file_safe, provenance
 from lightning_bench.reports.records import _model_name as model_name
+from lightning_bench.results.io import SAMPLES_FILE, cell_samples
 
 CELL_COLUMNS = ["task", "protocol", "method", "level", "score", "n", "kept fraction", "KV MiB", "decode tok/s"]
 
@@ -103,8 +104,12 @@ def _pareto(task: str, cells: list[Cell], prefix: str) -> list[Figure]:
 def _per_example(cell) -> list[tuple[float, float]]:
     """(needle depth, score) of each example: the samples' `depth` with `primary_per_example`, else each
     sample's own `scores`. Cells written before samples had a depth give `metrics.by_depth`: one mean per
-    depth, each counted as one example."""
-    samples = cell.get("samples") if isinstance(cell.get("samples"), list) else []
+    depth, each counted as one example, as does a results cell whose cell file is gone."""
+    try:
+        samples = cell_samples(cell, cell["_source"]) if SAMPLES_FILE in cell else cell.get("samples")
+    except (OSError, ValueError, KeyError):
+        samples = None
+    samples = samples if isinstance(samples, list) else []
     scores = cell.get("primary_per_example")
     if samples and all(isinstance(s, dict) and s.get("depth") is not None for s in samples):
         if not (isinstance(scores, list) and len(scores) == len(samples)):

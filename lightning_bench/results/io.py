@@ -85,3 +85,14 @@ def check_output(option: str, path: str | Path, kind: str = "folder") -> Path:
             except OSError:
                 pass
     return path
+
+
+SAMPLES_FILE = "samples_file"  # a grid's results cell: the file holding its per-example rows, relative to it
+
+
+def cell_samples(cell: dict, results_path: str | Path) -> list:
+    """A cell's per-example rows: inline in a cell file (and in results files written before they were left
+    out of them), else in the cell file that `samples_file` names beside `results_path`."""
+    if "samples" in cell:
+        return cell["samples"]
+    return read_json(Path(results_path).parent / cell[SAMPLES_FILE])["samples"]

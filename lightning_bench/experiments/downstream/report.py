@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional
 
 from lightning_bench.experiments.core.grid import DENSE
 from lightning_bench.experiments.downstream.scoring import PAIRED_METHOD, paired_difference
-from lightning_bench.results.io import write_json_atomic, write_text_atomic
+from lightning_bench.results.io import SAMPLES_FILE, write_json_atomic, write_text_atomic
 
 REFERENCES = (DENSE, "h2o")  # every cell is compared with these on the same examples
 
@@ -110,12 +110,16 @@ def _weak_tasks(grid, records: dict, floor: float = 20.0) -> str:
 
 
 def write_report(folder: Path, name: str, config: dict, meta: dict, grid, records: dict) -> tuple[Path, Path]:
+    """`folder/cells/` holds the cell files (CellStore). The per-example rows stay in them (`samples_file` names each, `cell_samples` reads it): in
+    the results too, they doubled what a grid's folder weighs."""
     compared = comparisons(grid, records)
     results = {"name": name, "config": config, "meta": meta,
                "statistics": {"paired_differences": PAIRED_METHOD,
                               "figures": "each task's metrics with percentile-bootstrap 95% CIs over its examples",
                               "retention": "cell score / dense score on the same task, protocol and seed"},
-               "cells": {cell.key: {**records[cell.key], "comparisons": compared[cell.key]} for cell in grid}}
+               "cells": {cell.key: {**{k: v for k, v in records[cell.key].items() if k != "samples"},
+                                    SAMPLES_FILE: f"cells/{cell.key}.json", "comparisons": compared[cell.key]}
+                         for cell in grid}}
     results_path = write_json_atomic(folder / f"{name}_results.json", results)
     text = (f"{name}: {config['model']['pretrained']}, {len(grid)} cells; score = each task's primary metric "
             f"(percent); kept = fraction of the compressed tokens kept by the first compression; diffs are paired "
