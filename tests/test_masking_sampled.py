@@ -115,6 +115,22 @@ def test_magic_pig_codes_do_not_depend_on_the_block_of_tables(monkeypatch):
     assert bool((whole > 0).any()) and torch.equal(MagicPig(lsh_k=5, lsh_l=13, stats_block=1).entries(ctx), whole)
 
 
+def test_magic_pig_cached_key_codes_give_the_entries_of_a_fresh_masker():
+    """A prefill chunk then decoding steps through ONE masker (its key signatures cached, the new keys hashed)
+    equal a fresh masker per call, also across a change of statistics (stats_block 8: positions 8 and 16) and
+    when another example's keys follow (its codes recomputed, not reused)."""
+    q, k = randn(1, 4, 20, 8, seed=30), randn(1, 2, 20, 8, seed=31)
+    other_q, other_k = randn(1, 4, 20, 8, seed=32), randn(1, 2, 20, 8, seed=33)
+    cached = MagicPig(lsh_k=4, lsh_l=12, stats_block=8)
+    calls = [(q, k, 0, 12)] + [(q, k, t, t + 1) for t in range(12, 20)] + [(other_q, other_k, 0, 20)]
+    for queries, keys, lo, hi in calls:
+        ctx = make_ctx(queries, keys, lo=lo, hi=hi)
+        mine = cached.entries(ctx)
+        fresh = MagicPig(lsh_k=4, lsh_l=12, stats_block=8).entries(ctx)
+        assert bool((fresh > 0).any()) and torch.equal(mine, fresh), (lo, hi)
+    assert cached._key_codes[0][1].shape[2] == 20  # the last call's codes, of its 20 keys
+
+
 # ---- random_sampling ---------------------------------------------------------------------------------------
 def test_random_sampling_draws_by_rank_and_its_uniform_value_cancels():
     B, Hkv, G, S, D, r = 1, 2, 2, 40, 8, 0.2

@@ -136,6 +136,7 @@ class MagicPig(Masker):
     def __post_init__(self):
         super().__post_init__()
         self._projections = {}  # (layer, D + 1, device) -> R: drawn once, reused by every call
+        self._key_codes = {}  # layer -> (k_hat, its codes) of the last call: see _key_codes_of
 
     def projection(self, layer_idx: int, dim: int, device) -> torch.Tensor:
         key = (layer_idx, dim, str(device))
@@ -154,6 +155,28 @@ class MagicPig(Masker):
         codes = [((flat @ R[:, t * K:(t + step) * K] > 0).view(flat.shape[0], -1, K).long() << shifts).sum(-1)
                  for t in range(0, self.lsh_l, step)]
         return torch.cat(codes, -1).view(*x.shape[:-1], self.lsh_l)
+
+    def _key_codes_of(self, layer_idx: int, k_hat: torch.Tensor, R: torch.Tensor) -> torch.Tensor:
+        """(B, Hkv, S, L) codes of the transformed keys, the key signatures cached as MagicPIG's: a decoding step
+        hashes only the keys after those of the layer's last call, when that call's transformed keys are this
+        call's first ones bit for bit (the same keys, key mean and M: the statistics change every stats_block
+        positions, and the check also catches another example or batch). Hashing every key at each step was
+        most of a decoding step's time at 4k keys (S * (D + 1) * K * L multiply-adds a KV head and layer)."""
+        cached = self._key_codes.get(layer_idx)
+        done = 0
+        if cached is not None:
+            old_hat, old_codes = cached
+            n = old_hat.shape[2]
+            if old_hat.shape[:2] == k_hat.shape[:2] and old_hat.shape[3] == k_hat.shape[3] and n <= k_hat.shape[2] \
+                    and torch.equal(old_hat, k_hat[:, :, :n]):
+                done = n
+        if done == k_hat.shape[2]:
+            return cached[1]
+        codes = self._codes(k_hat[:, :, done:], R)
+        if done:
+            codes = torch.cat([cached[1], codes], 2)
+        self._key_codes[layer_idx] = (k_hat.clone(), codes)
+        return codes
 
     def entries(self, ctx: MaskContext) -> torch.Tensor:
         """Per query row of rank t the transform's statistics (key mean, M) come from the keys of rank
@@ -188,7 +211,7 @@ class MagicPig(Masker):
         q_hat = torch.cat([q_unit, torch.zeros_like(q_unit[..., :1])], -1)
         cos = (q_unit @ (keys / M).transpose(-1, -2).unsqueeze(2)).clamp(-1.0, 1.0)  # (B, Hkv, G, c, S)
         R = self.projection(ctx.layer_idx, D + 1, keys.device)
-        q_codes, k_codes = self._codes(q_hat, R), self._codes(k_hat, R).unsqueeze(2).unsqueeze(3)
+        q_codes, k_codes = self._codes(q_hat, R), self._key_codes_of(ctx.layer_idx, k_hat, R).unsqueeze(2).unsqueeze(3)
         hit = torch.zeros_like(cos, dtype=torch.bool)
         for table in range(self.lsh_l):  # table by table: never a (c, S, L) tensor
             hit |= q_codes[..., table, None] == k_codes[..., table]
