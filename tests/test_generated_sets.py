@@ -3,6 +3,7 @@ command again rewrites the same bytes; other arguments, or a file whose manifest
 made, are refused in one line before any row is drawn, and the file is left as it was."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -38,6 +39,29 @@ def test_ruler_set_is_replaced_only_by_the_same_arguments(tmp_path):
     del manifest["niah_single_1"]["arguments"]  # a set made before generators recorded their arguments
     (data / "1024" / "manifest.json").write_text(json.dumps(manifest))
     _refused(ruler, argv, path, "does not record the arguments")
+
+
+def test_the_same_tokenizer_by_another_path_is_the_same_arguments(tmp_path, monkeypatch):
+    """The tokenizer counts by its content: its folder spelled relatively, with a trailing slash, or copied
+    elsewhere rewrites the same set; a tokenizer with other merges is refused."""
+    import shutil
+
+    from lightning_bench.data.tokenization import offline_gpt2_folder
+
+    folder = Path(offline_gpt2_folder(tmp_path / "cache"))
+    data = tmp_path / "ruler"
+    argv = ["--data_dir", str(data), "--lengths", "1024", "--num_samples", "2", "--tasks", "niah_single_1"]
+    path = data / "1024" / "niah_single_1.jsonl"
+    assert ruler(["--tokenizer", str(folder), *argv]) == 0
+    first = path.read_bytes()
+    monkeypatch.chdir(folder.parent)
+    copy = shutil.copytree(folder, tmp_path / "copy")
+    for spelling in (folder.name, str(folder) + "/", str(copy)):
+        assert ruler(["--tokenizer", spelling, *argv]) == 0 and path.read_bytes() == first, spelling
+    merges = copy / "merges.txt"
+    lines = merges.read_text().splitlines()
+    merges.write_text("\n".join(lines[:-1000]) + "\n")  # the same vocabulary, fewer merges: other token ids
+    _refused(ruler, ["--tokenizer", str(copy), *argv], path, "tokenizer: ")
 
 
 def test_infinitebench_sets_and_files_are_replaced_only_by_the_same_arguments(tmp_path):

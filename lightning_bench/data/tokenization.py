@@ -61,6 +61,10 @@ class WordTokenizer:
         return {"kind": "word", "vocab_size": self.vocab_size, "identity": self.identity,
                 "rule": "line.split() + ['<eos>'] per line; vocabulary from the train split; OOV -> <unk>"}
 
+    def content(self) -> dict:
+        """What decides the token ids, not where the tokenizer came from (describe() has no path either)."""
+        return self.describe()
+
     def encode(self, text: str) -> list[int]:
         ids: list[int] = []
         get = self.index.get
@@ -121,6 +125,19 @@ class HFTokenizer:
     def describe(self) -> dict:
         return {"kind": "hf", "name": self.name, "class": type(self.tok).__name__,
                 "vocab_size": self.vocab_size, "identity": self.identity, "prefix_id": self.prefix_id}
+
+    def content(self) -> dict:
+        """What decides the token ids, not where the tokenizer was loaded from (describe() names the path as
+        typed, so the same folder spelled another way, or a copy of it, would look like another tokenizer): a
+        fast tokenizer's whole serialization (vocabulary, merges, normalizer, pre-tokenizer, added tokens) by
+        its sha256, else the vocabulary's."""
+        backend = getattr(self.tok, "backend_tokenizer", None)
+        if backend is not None:
+            digest = hashlib.sha256(backend.to_str().encode()).hexdigest()
+        else:
+            digest = "vocab:" + self.identity.rsplit(":", 1)[-1]
+        return {"kind": "hf", "class": type(self.tok).__name__, "vocab_size": self.vocab_size,
+                "prefix_id": self.prefix_id, "sha256": digest}
 
     def encode(self, text: str) -> list[int]:
         # verbose=False: a whole split is longer than model_max_length on purpose (windows come later)

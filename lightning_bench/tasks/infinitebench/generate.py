@@ -244,7 +244,7 @@ def write_jsonl(rows: list[dict], path: str | Path, manifest: dict | None = None
 def arguments_of(tokenizer, depths: Sequence[float], per_depth: int, seed: int) -> dict:
     """What decides a task's rows at one length (generated_sets.py: a file is replaced only under the same)."""
     return {"generator": GENERATOR, "depths": list(depths), "per_depth": per_depth, "seed": seed,
-            "tokenizer": tokenizer.describe()}
+            "tokenizer": tokenizer.content()}
 
 
 def write_sets(task: str, tokenizer, out: str | Path, lengths: Sequence[int], depths: Sequence[float],

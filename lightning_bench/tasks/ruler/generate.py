@@ -869,7 +869,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 "depth": args.depth if needle else None,
                 "depths": args.depths if needle and args.depth is None else None,
                 "words": _sha256(Path(args.words)) if Path(args.words).is_file() else args.words,  # a file by its bytes
-                "tokenizer": tokenizer.describe(), "model_template_tokens": template}
+                "tokenizer": tokenizer.content(), "model_template_tokens": template}
 
     for length in args.lengths:  # nothing is drawn before every file to be written is known replaceable
         manifest = read_manifest(out / str(length) / "manifest.json")
