@@ -94,3 +94,34 @@ def test_downstream_attention_error_cells(tiny_hf, shared_data, tmp_path, capsys
     assert 0.4 < h2o["attention"]["density"] < 0.8 and h2o["attention"]["attention_error"] > 0
     assert all("attention_sums" in s for s in h2o["samples"])
     assert "xsum__h2o_s0.5_query_aware_seed1234: density 0." in (tmp_path / "t" / "t_summary.txt").read_text()
+    code, _, err = run(["downstream", "--model.pretrained", str(tiny_hf), "--data_dir", str(shared_data),
+                        "--results_dir", str(tmp_path), "--name", "t", "--max_samples", "2", "--max_new_tokens", "4",
+                        "--max_length", "192", "--tasks", "xsum", "--methods", "dense", "h2o", "--ratios", "0.5",
+                        "--attention_error", "true", "--meter_every", "2"], capsys)
+    assert code == 2 and "was made under other settings" in err  # figures over other steps: not mixed
+
+
+def test_meter_every_n_meters_the_fed_part_and_every_nth_step(net):
+    """7 tokens: the fed part, then decoding steps 0..5. Every step meters them all; every 3rd step 0 and 3; every
+    100th step 0 only. A step's visible count grows by one slot per query head and layer, so (all - only 0) is
+    5 x (every 3rd - only 0); the error sums shrink with the steps left out; the tokens never change. The same
+    for a masker stack's own meter."""
+    from lightning_bench.sparsity.masking.method import MaskedAttention
+
+    ids = torch.randint(0, 128, (1, 40), generator=torch.Generator().manual_seed(3))
+    stack = MaskedAttention("window", "sink:2,local:6")
+    prompt = task_decode.prefill_prompt(net, ids[:, :30], ids[:, 30:36], "query_agnostic", ["streaming_llm", stack],
+                                        cue_ids=ids[:, 36:])
+    for method, error in ((("streaming_llm", 0.5), True), ((stack, 0.0), False)):
+        runs = {n: task_decode.continue_rows(prompt, rows_of(prompt, [method], max_new_tokens=7),
+                                             attention_error=error, meter_every=n)[0] for n in (1, 3, 100)}
+        assert runs[1].tokens == runs[3].tokens == runs[100].tokens and len(runs[1].tokens) == 7
+        sums = {n: r.figures["attention_sums"] for n, r in runs.items()}
+        assert set(sums[1]) == set(sums[3]) == set(sums[100]) == {0, 1}  # the tiny model's two layers
+        for layer in sums[1]:
+            every, third, first = (sums[n][layer] for n in (1, 3, 100))
+            assert every[1] - first[1] == pytest.approx(5 * (third[1] - first[1]))  # visible slots
+            assert every[1] > third[1] > first[1] > 0
+            assert every[2] >= third[2] >= first[2] > 0  # error^2: a sum over fewer steps
+    with pytest.raises(ConfigError, match="meter_every"):
+        task_decode.continue_rows(prompt, rows_of(prompt, [("h2o", 0.5)]), attention_error=True, meter_every=0)

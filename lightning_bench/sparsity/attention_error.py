@@ -28,6 +28,7 @@ class FullCacheReference:
         self.suffix: dict = {}  # row -> {layer: (keys, values) (Hkv, n, D)}: what the row fed and decoded since
         self.rows: list = []
         self.pending: dict = {}  # {layer: (4, B) sums per batch row} since `drain`
+        self.metering = True  # False: a decoding step the meter skips (the new keys are still kept for later ones)
 
     def add_row(self, row, cache) -> None:
         self.prefix[row] = [(layer.keys[0], layer.values[0]) for layer in cache.layers]
@@ -62,6 +63,8 @@ class FullCacheReference:
             own_keys = new_keys if old is None else torch.cat([old[0], new_keys], dim=1)
             own_values = new_values if old is None else torch.cat([old[1], new_values], dim=1)
             self.suffix[row][layer_idx] = (own_keys, own_values)
+            if not self.metering:
+                continue
             rows = query[b].float().reshape(Hkv, G * q, D) * scale
             scores = torch.cat([rows @ prefix_keys.float().transpose(-1, -2),
                                 rows @ own_keys.float().transpose(-1, -2)], dim=-1)  # (Hkv, G q, P + n)

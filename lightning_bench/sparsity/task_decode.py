@@ -153,15 +153,16 @@ def continuation(method: Union[str, Method] = "dense", *, sparsity: Optional[flo
 
 @torch.no_grad()
 def continue_rows(prompt: PrefilledPrompt, rows: list[Row], max_rows: int = 16, interval: int = 0,
-                  rerotate: bool = False, attention_error: bool = False) -> list[KVRecord]:
+                  rerotate: bool = False, attention_error: bool = False, meter_every: int = 1) -> list[KVRecord]:
     """Several methods, budgets or draws continuing one prefilled prompt as the rows of a batch: one
     prompt's part of `continue_prompts`."""
-    return continue_prompts([(prompt, rows)], max_rows, interval, rerotate, attention_error)[0]
+    return continue_prompts([(prompt, rows)], max_rows, interval, rerotate, attention_error, meter_every)[0]
 
 
 @torch.no_grad()
 def continue_prompts(work: list[tuple[PrefilledPrompt, list[Row]]], max_rows: int = 16, interval: int = 0,
-                     rerotate: bool = False, attention_error: bool = False) -> list[list[KVRecord]]:
+                     rerotate: bool = False, attention_error: bool = False,
+                     meter_every: int = 1) -> list[list[KVRecord]]:
     """The rows of one or several prefilled prompts (examples), each prompt with its own methods, budgets
     and draws, decoded as the rows of shared batches, `max_rows` at a time (what bounds memory), rows of
     similar cache lengths together: each row's cache compressed by its own method from its prompt's prefill
@@ -172,7 +173,8 @@ def continue_prompts(work: list[tuple[PrefilledPrompt, list[Row]]], max_rows: in
     its running attention statistics: then a batch holds the rows whose methods read the same statistics
     (one recorder per batch). With `attention_error`, every forward of an evicting row is also compared with
     attention over its full cache (attention_error.FullCacheReference): its record's `attention_sums`; a
-    masker stack's rows are metered by the stack itself. Greedy tokens, stops and records are those of each row decoded alone
+    masker stack's rows are metered by the stack itself. Both meters take the fed part, then every
+    `meter_every`-th decoding step (0, N, 2N, ...): the reference's cost falls about N-fold. Greedy tokens, stops and records are those of each row decoded alone
     (tests/test_batched_continuation.py); sampled rows draw from their own generators. The records come
     back per prompt, in the order of `work`.
 
@@ -185,6 +187,7 @@ def continue_prompts(work: list[tuple[PrefilledPrompt, list[Row]]], max_rows: in
     the rows' decode_seconds add up to the batch's. The meter counts a row's own slots (fillers left out)."""
     positive_int("max_rows", max_rows)
     positive_int("interval", interval, minimum=0)
+    positive_int("meter_every", meter_every)
     if attention_error and rerotate:
         raise ConfigError("the attention error of eviction compares with the full cache at the true positions; "
                           "re-rotated keys have other ones: drop rerotate or the attention error")
@@ -203,7 +206,8 @@ def continue_prompts(work: list[tuple[PrefilledPrompt, list[Row]]], max_rows: in
     records: list = [[None] * len(rows) for _, rows in work]
     for members in batches.values():
         for chunk in batches_by_cache_length(work, members, max_rows):
-            for (p, r), record in zip(chunk, _decode_rows(work, chunk, interval, rerotate, attention_error)):
+            for (p, r), record in zip(chunk, _decode_rows(work, chunk, interval, rerotate, attention_error,
+                                                          meter_every)):
                 records[p][r] = record
     return records
 
@@ -251,6 +255,8 @@ def _started(prompt: PrefilledPrompt, rows: list[Row], interval: int, rerotate: 
     if batch.masking is None and reference is not None:  # eviction against its full cache: rows `ids`
         batch.masking, reference.rows = reference, list(ids)
     del engines
+    if batch.masking is not None:
+        batch.masking.metering = True  # the fed part: always metered
     _meter(records, batch.state.n_valid.tolist(), slot, dense)
     start = batch.clock()  # what follows the span, on each row's compressed cache: one forward for the rows
     logits = batch.feed(prompt.fed_ids.expand(len(rows), -1), logits_to_keep=1)[:, -1]
@@ -284,7 +290,7 @@ def _meter_attention(batch: KVEngine, records: list[KVRecord]) -> None:
 
 
 def _decode_rows(work: list[tuple[PrefilledPrompt, list[Row]]], chunk: list[tuple[int, int]], interval: int,
-                 rerotate: bool, attention_error: bool = False) -> list[KVRecord]:
+                 rerotate: bool, attention_error: bool = False, meter_every: int = 1) -> list[KVRecord]:
     """The rows of `chunk` ((prompt, row) pairs, grouped by prompt) decoded as one batch; their records."""
     rows = [work[p][1][r] for p, r in chunk]
     records = [KVRecord(forwards=work[p][0].engine.record.forwards) for p, _ in chunk]
@@ -329,6 +335,8 @@ def _decode_rows(work: list[tuple[PrefilledPrompt, list[Row]]], chunk: list[tupl
                 batch = KVEngine.stack(singles)
             if reference is not None:
                 reference.rows = list(active)
+            if batch.masking is not None:
+                batch.masking.metering = step % meter_every == 0
             logits = batch.step(torch.tensor([tokens[r][-1] for r in active], device=batch.device))
             for i, r in enumerate(active):
                 tokens[r].append(rows[r].decoding.pick(logits[i]))
@@ -339,6 +347,8 @@ def _decode_rows(work: list[tuple[PrefilledPrompt, list[Row]]], chunk: list[tupl
             share = (batch.clock() - start) / len(active)
             for r in active:
                 records[r].decode_seconds += share
+        if batch.masking is not None:
+            batch.masking.metering = True  # a stack is shared by the cell's examples: the next fed part is metered
     for r, record in enumerate(records):
         record.tokens, record.stopped = tokens[r], stopped[r]
         record.forwards += len(tokens[r])  # the fed part's, then one per decoded token after the first

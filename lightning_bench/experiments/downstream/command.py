@@ -45,7 +45,7 @@ from lightning_bench.results.meta import run_meta
 COMMAND = "downstream"
 CELL_FILE = re.compile(r"^[A-Za-z0-9_.-]+__[a-z0-9_]+_[sb][0-9.e+-]+_[a-z_]+_seed-?\d+\.json$")
 REFUSAL = ("was made under other settings (model, data, lengths, sampling, chat template, interval, method "
-           "parameters or device); use another --name")
+           "parameters, metering or device); use another --name")
 
 
 def _protocol(config: dict, prompts: TaskPrompts, method: str, method_params: dict) -> dict:
@@ -63,6 +63,8 @@ def _protocol(config: dict, prompts: TaskPrompts, method: str, method_params: di
         out["rounding"] = config["rounding"]
     if config.get("attention_error"):  # metered cells are not the unmetered ones (cells made before keep theirs)
         out["attention_error"] = True
+    if config.get("meter_every", 1) != 1:  # figures over other steps (cells made before meter every step)
+        out["meter_every"] = config["meter_every"]
     version = get_task(prompts.task).template_version
     if not version.endswith("@1"):
         out["prompt_version"] = version

@@ -75,6 +75,9 @@ class DownstreamConfig(Execution):
     attention_error: bool = False
     """also meter the evicting methods' attention against the full cache at every step (density, error per layer;
     one more attention per layer and step); masker stacks are always metered"""
+    meter_every: PositiveInt = 1
+    """meter every N-th decoding step (the fed part and the first step always): what --attention_error's full-cache
+    reference costs falls by about N (docs/sparsity.md measures it); the masker stacks' meter follows the same steps"""
     attention_sparsity: dict[str, Any] = field(default_factory=dict)
     """{name: masker stack}: query-time sparse attention as methods of the grid, e.g.
     '{topk5: "sink:16,local:64,oracle_topk:0.05"}' (docs/sparsity.md): the context is prefilled densely, the

@@ -149,7 +149,7 @@ def run_group(net, group: list, cfg, prompts: TaskPrompts, tokenizer, params_of,
                 work.append((shared, [task_decode.continuation(**arguments(cell, draw)) for cell in group
                                       for draw in draws]))
             records = task_decode.continue_prompts(work, cfg.max_batch_rows, interval,
-                                                   attention_error=cfg.attention_error)
+                                                   attention_error=cfg.attention_error, meter_every=cfg.meter_every)
         del work
         for index, example_records in zip(indices, records):
             sample = prompts.samples[index]

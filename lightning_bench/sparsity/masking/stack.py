@@ -173,6 +173,7 @@ class MaskerStack:
     prefill_sparse: bool = False  # the context's queries sparse too (perplexity always is)
     meters: dict = field(default_factory=dict, repr=False)  # {layer: sums} over everything absorbed
     pending: dict = field(default_factory=dict, repr=False)  # {layer: (4, B) sums per batch row} since `drain`
+    metering: bool = field(default=True, repr=False, compare=False)  # False: a decoding step the meter skips (meter_every)
 
     def __post_init__(self):
         if not self.maskers:
@@ -283,6 +284,8 @@ class MaskerStack:
             reference = dense[:, lo:hi].float().transpose(1, 2).reshape(B, Hkv, G, c, D)
             sparse = torch.where(dense_rows[..., None], reference, sparse)
             out[:, lo:hi] = sparse.reshape(B, Hq, c, D).transpose(1, 2).to(out.dtype)
+            if not self.metering:
+                continue
             metered = (query_rank >= 0).view(B, 1, 1, c).double()
             n_visible = visible.sum(-1).expand(B, Hkv, G, c).double()
             n_kept = torch.where(dense_rows, n_visible, kept.sum(-1).double())
