@@ -220,6 +220,7 @@ CASES: dict[str, Case] = {
     "downstream results_dir too long": Case(lambda p: p.downstream("--results_dir", LONG_NAME), "--results_dir"),
     "downstream max_samples 0": Case(lambda p: p.downstream("--max_samples", "0"), "--max_samples"),
     "downstream interval 0": Case(lambda p: p.downstream("--interval", "0"), "--interval"),
+    "downstream meter_every 0": Case(lambda p: p.downstream("--meter_every", "0"), "--meter_every"),
     "downstream max_new_tokens -1": Case(lambda p: p.downstream("--max_new_tokens", "-1"), "--max_new_tokens"),
     "downstream config is a list": Case(lambda p: ["downstream", "--config", p.file("d.yaml", "- a\n")], "d.yaml"),
     # --- tune ---------------------------------------------------------------------------------------
