@@ -115,7 +115,7 @@ def test_magic_pig_codes_do_not_depend_on_the_block_of_tables(monkeypatch):
     assert bool((whole > 0).any()) and torch.equal(MagicPig(lsh_k=5, lsh_l=13, stats_block=1).entries(ctx), whole)
 
 
-def test_magic_pig_cached_key_codes_give_the_entries_of_a_fresh_masker():
+def test_magic_pig_cached_key_codes_give_the_entries_of_a_fresh_masker(monkeypatch):
     """A prefill chunk then decoding steps through ONE masker (its key signatures cached, the new keys hashed)
     equal a fresh masker per call, also across a change of statistics (stats_block 8: positions 8 and 16) and
     when another example's keys follow (its codes recomputed, not reused)."""
@@ -129,6 +129,10 @@ def test_magic_pig_cached_key_codes_give_the_entries_of_a_fresh_masker():
         fresh = MagicPig(lsh_k=4, lsh_l=12, stats_block=8).entries(ctx)
         assert bool((fresh > 0).any()) and torch.equal(mine, fresh), (lo, hi)
     assert cached._key_codes[0][1].shape[2] == 20  # the last call's codes, of its 20 keys
+    monkeypatch.setattr(sampled, "CACHED_KEY_ELEMENTS", 10)  # a cache larger than the bound is not kept
+    ctx = make_ctx(q, k, lo=0, hi=20)
+    assert torch.equal(cached.entries(ctx), MagicPig(lsh_k=4, lsh_l=12, stats_block=8).entries(ctx))
+    assert cached._key_codes == {}
 
 
 # ---- random_sampling ---------------------------------------------------------------------------------------

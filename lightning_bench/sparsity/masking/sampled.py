@@ -60,6 +60,7 @@ from lightning_bench.sparsity.parameters import param
 
 BASE_SALT, DRAW_SALT = 0x5A17, 0xD4A7  # adaptive_sampling: independent streams for the base sample and the draws
 CODE_ELEMENTS = 1 << 24  # magic_pig: sign bits projected at once (64 MiB of float32)
+CACHED_KEY_ELEMENTS = 1 << 22  # magic_pig: the largest k_hat a layer's key-signature cache holds (16 MiB)
 
 
 def collision_probability(cos, K: int, L: int) -> torch.Tensor:
@@ -161,7 +162,8 @@ class MagicPig(Masker):
         hashes only the keys after those of the layer's last call, when that call's transformed keys are this
         call's first ones bit for bit (the same keys, key mean and M: the statistics change every stats_block
         positions, and the check also catches another example or batch). Hashing every key at each step was
-        most of a decoding step's time at 4k keys (S * (D + 1) * K * L multiply-adds a KV head and layer)."""
+        most of a decoding step's time at 4k keys (S * (D + 1) * K * L multiply-adds a KV head and layer). A layer
+        keeps at most CACHED_KEY_ELEMENTS transformed keys (a copy, to check the next call against)."""
         cached = self._key_codes.get(layer_idx)
         done = 0
         if cached is not None:
@@ -175,7 +177,10 @@ class MagicPig(Masker):
         codes = self._codes(k_hat[:, :, done:], R)
         if done:
             codes = torch.cat([cached[1], codes], 2)
-        self._key_codes[layer_idx] = (k_hat.clone(), codes)
+        if k_hat.numel() <= CACHED_KEY_ELEMENTS:  # what a layer keeps is bounded: longer caches hash every call
+            self._key_codes[layer_idx] = (k_hat.clone(), codes)
+        else:
+            self._key_codes.pop(layer_idx, None)
         return codes
 
     def entries(self, ctx: MaskContext) -> torch.Tensor:
