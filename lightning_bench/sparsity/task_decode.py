@@ -174,8 +174,8 @@ def continue_prompts(work: list[tuple[PrefilledPrompt, list[Row]]], max_rows: in
     (one recorder per batch). With `attention_error`, every forward of an evicting row is also compared with
     attention over its full cache (attention_error.FullCacheReference): its record's `attention_sums`; a
     masker stack's rows are metered by the stack itself. Both meters take the fed part, then every
-    `meter_every`-th decoding step (0, N, 2N, ...): the reference's cost falls about N-fold. Greedy tokens, stops and records are those of each row decoded alone
-    (tests/test_batched_continuation.py); sampled rows draw from their own generators. The records come
+    `meter_every`-th decoding step (0, N, 2N, ...): the reference's cost falls about N-fold. Greedy tokens,
+    stops and records are those of each row decoded alone (tests/test_batched_continuation.py); sampled rows draw from their own generators. The records come
     back per prompt, in the order of `work`.
 
     Why each prompt is prefilled alone and only the continuations share a batch: a long span's prefill is

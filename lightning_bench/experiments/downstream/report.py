@@ -110,8 +110,8 @@ def _weak_tasks(grid, records: dict, floor: float = 20.0) -> str:
 
 
 def write_report(folder: Path, name: str, config: dict, meta: dict, grid, records: dict) -> tuple[Path, Path]:
-    """`folder/cells/` holds the cell files (CellStore). The per-example rows stay in them (`samples_file` names each, `cell_samples` reads it): in
-    the results too, they doubled what a grid's folder weighs."""
+    """`folder/cells/` holds the cell files (CellStore). The per-example rows stay in them (`samples_file` names
+    each, `cell_samples` reads it): in the results too, they doubled what a grid's folder weighs."""
     compared = comparisons(grid, records)
     results = {"name": name, "config": config, "meta": meta,
                "statistics": {"paired_differences": PAIRED_METHOD,

@@ -173,7 +173,7 @@ class MaskerStack:
     prefill_sparse: bool = False  # the context's queries sparse too (perplexity always is)
     meters: dict = field(default_factory=dict, repr=False)  # {layer: sums} over everything absorbed
     pending: dict = field(default_factory=dict, repr=False)  # {layer: (4, B) sums per batch row} since `drain`
-    metering: bool = field(default=True, repr=False, compare=False)  # False: a decoding step the meter skips (meter_every)
+    metering: bool = field(default=True, repr=False, compare=False)  # False: a step the meter skips (meter_every)
 
     def __post_init__(self):
         if not self.maskers:
