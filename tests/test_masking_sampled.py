@@ -128,11 +128,11 @@ def test_magic_pig_cached_key_codes_give_the_entries_of_a_fresh_masker(monkeypat
         mine = cached.entries(ctx)
         fresh = MagicPig(lsh_k=4, lsh_l=12, stats_block=8).entries(ctx)
         assert bool((fresh > 0).any()) and torch.equal(mine, fresh), (lo, hi)
-    assert cached._key_codes[0][1].shape[2] == 20  # the last call's codes, of its 20 keys
+    assert cached.cached_keys(0) == 20  # the last call's codes, of its 20 keys
     monkeypatch.setattr(sampled, "CACHED_KEY_ELEMENTS", 10)  # a cache larger than the bound is not kept
     ctx = make_ctx(q, k, lo=0, hi=20)
     assert torch.equal(cached.entries(ctx), MagicPig(lsh_k=4, lsh_l=12, stats_block=8).entries(ctx))
-    assert cached._key_codes == {}
+    assert cached.cached_keys(0) == 0
 
 
 # ---- random_sampling ---------------------------------------------------------------------------------------

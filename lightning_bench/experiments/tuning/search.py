@@ -89,7 +89,7 @@ def trial(point: dict, cfg, name: str, tasks: list[str]) -> None:
                     decoding = types.SimpleNamespace(
                         attention_sparsity={name: target.build(point)} if target.stack is not None else {},
                         interval=cfg.interval, batch_examples=cfg.batch_examples, max_batch_rows=cfg.max_batch_rows,
-                        rounding=cfg.rounding, attention_error=True)
+                        rounding=cfg.rounding, attention_error=True, meter_every=1)  # the objective: every step
                     torch.manual_seed(int(seed))
                     for record in run_group(net, cells, decoding, rows, tokenizer, lambda cell: target.build(point),
                                             CallPeakMemory(next(net.parameters()).device)):

@@ -157,6 +157,11 @@ class MagicPig(Masker):
                  for t in range(0, self.lsh_l, step)]
         return torch.cat(codes, -1).view(*x.shape[:-1], self.lsh_l)
 
+    def cached_keys(self, layer_idx: int) -> int:
+        """How many keys' signatures the layer's cache holds (0: none)."""
+        cached = self._key_codes.get(layer_idx)
+        return 0 if cached is None else cached[1].shape[2]
+
     def _key_codes_of(self, layer_idx: int, k_hat: torch.Tensor, R: torch.Tensor) -> torch.Tensor:
         """(B, Hkv, S, L) codes of the transformed keys, the key signatures cached as MagicPIG's: a decoding step
         hashes only the keys after those of the layer's last call, when that call's transformed keys are this
