@@ -29,6 +29,19 @@ DEFAULT_MODEL = os.environ.get("LB_SMOLLM2_DIR", str(Path.home() / ".cache/light
 QUESTION = " What is the special magic number mentioned in the text above?"
 
 
+def model_and_prompt(args, question: str):
+    """The fp32 model on `args.threads` threads, the first `args.context` tokens of `args.data` and `question`'s
+    tokens (also benchmarks/magic_pig_cache.py's)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(args.threads)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    net = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
+    text = Path(args.data).read_text()
+    context = tokenizer(text[:20 * args.context], add_special_tokens=False)["input_ids"][:args.context]
+    return net, context, tokenizer(question, add_special_tokens=False)["input_ids"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
@@ -41,14 +54,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    net = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
-    text = Path(args.data).read_text()
-    context = tokenizer(text[:20 * args.context], add_special_tokens=False)["input_ids"][:args.context]
-    question = tokenizer(QUESTION, add_special_tokens=False)["input_ids"]
+    net, context, question = model_and_prompt(args, QUESTION)
     stack = MaskedAttention("stack", args.stack)
     prompt = task_decode.prefill_prompt(net, torch.tensor([context]), torch.tensor([question]), "query_agnostic",
                                         ["h2o", stack])

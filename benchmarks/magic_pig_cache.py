@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from attention_error_cost import model_and_prompt  # benchmarks/ is on the path of a script run from it
 from lightning_bench.sparsity import task_decode
 from lightning_bench.sparsity.masking import sampled
 from lightning_bench.sparsity.masking.method import MaskedAttention
@@ -31,14 +32,7 @@ def main() -> None:
     parser.add_argument("--stack", default="sink:0.01,local:0.01,magic_pig:10:75")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    net = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
-    text = Path(args.data).read_text()
-    context = tokenizer(text[:20 * args.context], add_special_tokens=False)["input_ids"][:args.context]
-    question = tokenizer(" What is the text above about?", add_special_tokens=False)["input_ids"]
+    net, context, question = model_and_prompt(args, " What is the text above about?")
     runs = {}
     bound = sampled.CACHED_KEY_ELEMENTS
     for label, elements in (("cached", bound), ("every key hashed", 0)):
