@@ -59,6 +59,16 @@ def test_grid_results_summary_and_dense_equal_to_test(tiny_hf, shared_data, tmp_
     # every method's parameters as run, and the tasks where dense itself fails flagged (a tiny random model)
     assert "method parameters: h2o(recent_ratio=0.5); streaming_llm(n_sink=4)" in summary
     assert "dense at most 20 (read their rows as noise): xsum (query_agnostic) dense" in summary
+    assert "not in this report" not in out
+
+    # a smaller grid in the same folder reports its own cells and says which cell files it left out (kept)
+    code, out, err = run(_args(tiny_hf, shared_data, tmp_path / "r", "--tasks", "xsum", "--methods", "dense",
+                               "--protocols", "query_aware"), capsys)
+    assert code == 0, err
+    assert list(_results(tmp_path / "r")["cells"]) == ["xsum__dense_s0.0_query_aware_seed1234"]
+    assert ("5 cell file(s) of earlier runs in " in out and "are kept but not in this report (e.g. "
+            "xsum__dense_s0.0_query_agnostic_seed1234)" in out)
+    assert len(list((tmp_path / "r" / "t" / "cells").glob("*.json"))) == 6
 
     # the dense cell is what `lightning_bench test --task xsum` generates and scores on the same examples
     code, _, err = run(["test", "--model", "hf", "--model.pretrained", str(tiny_hf), "--task", "xsum",

@@ -86,6 +86,10 @@ class CellStore:
         folder.mkdir(parents=True, exist_ok=True)
         return FileLock(folder / f"{name}.lock")
 
+    def keys(self) -> list[str]:
+        """The keys of every cell file in the folder (from the names: nothing is read), in name order."""
+        return [p.stem for p in sorted(self.folder.glob("*.json")) if self.file_pattern.match(p.name)]
+
     def records(self) -> list[dict]:
         """Every cell file in the folder (also those of earlier, smaller grids), in file-name order."""
         return [read_json(p) for p in sorted(self.folder.glob("*.json")) if self.file_pattern.match(p.name)]

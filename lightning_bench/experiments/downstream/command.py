@@ -153,6 +153,12 @@ def main(argv: list[str], wandb_extras: Optional[Callable[[Any, Path], None]] = 
     meta = run_meta(seed=cfg.seeds, extra=meta_extra)
     results_path, summary_path = write_report(folder, cfg.name, config, meta, grid, records)
     print(f"{PROG} {COMMAND}: wrote {results_path} and {summary_path}")
+    # the report covers this command's grid only: say so when the folder also holds cells of earlier runs
+    # (other tasks, methods or levels), kept on disk but left out of the file just rewritten
+    if others := sorted(set(store.keys()) - {cell.key for cell in grid}):
+        print(f"{PROG} {COMMAND}: {len(others)} cell file(s) of earlier runs in {store.folder} are kept but not in "
+              f"this report (e.g. {others[0]}): rerun with their tasks, methods and levels too to report them "
+              "together", flush=True)
     print(summary_path.read_text())
     if cfg.wandb:
         log_wandb(cfg, cfg.name, config, grid, records, results_path, wandb_extras)
